@@ -1,0 +1,58 @@
+"""The `guardpolicy` command (python-fire). Each sub-command is an operation a DVC stage calls.
+
+    guardpolicy fetch harmbench_standard      # one fetch@ stage by hand
+    guardpolicy benchmarks-report
+    guardpolicy validate-benchmarks
+    guardpolicy params                        # the active profile, validated
+    guardpolicy registry                      # the benchmark registry, validated
+
+Errors in inputs or configuration print one line naming file, row and field, and exit with status 2
+(a failed validation exits with 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import fire
+
+from guardpolicy.config import load_params
+from guardpolicy.data.registry import load_registry
+from guardpolicy.runner import guarded
+from guardpolicy.stages import benchmarks as benchmark_stages
+
+
+def show_params(params_file: str = "params.yaml") -> str:
+    """Print the validated params with the active profile resolved."""
+    params = load_params(params_file)
+    return json.dumps(
+        {"profile": params.profile, "active": dataclasses.asdict(params.active), "data": dataclasses.asdict(params.data)},
+        indent=2,
+    )
+
+
+def show_registry(registry_file: str = benchmark_stages.REGISTRY_FILE) -> str:
+    """List the validated benchmark registry: name, expected rows, label kind, sources."""
+    registry = load_registry(registry_file)
+    lines = [
+        f"{name:22s} {spec.expected_rows:>6d}  {spec.label.kind:10s}  " + " | ".join(s.name for s in spec.sources)
+        for name, spec in registry.items()
+    ]
+    return "\n".join(lines)
+
+
+COMMANDS = {
+    "fetch": guarded(benchmark_stages.fetch),
+    "benchmarks-report": guarded(benchmark_stages.report),
+    "validate-benchmarks": guarded(benchmark_stages.validate),
+    "params": guarded(show_params),
+    "registry": guarded(show_registry),
+}
+
+
+def main() -> None:
+    fire.Fire(COMMANDS, name="guardpolicy")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Public benchmark data: the registry, acquisition (mirror or pinned download), reading and normalisation."""

@@ -1,0 +1,188 @@
+"""The benchmark registry (`data/benchmarks.yaml`): one declarative, pinned entry per evaluation subset.
+
+An entry says where the bytes come from (a pinned upstream file and, failing that, derived copies), how to
+check them (sha256), how to map their columns onto the common schema and what labels to expect. Adding a
+benchmark is a YAML change, not a code change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from guardpolicy.config import from_mapping, load_yaml
+from guardpolicy.errors import ConfigError
+
+FileFormat = Literal["csv", "json", "jsonl", "parquet", "lines"]
+ExtraType = Literal["string", "bool", "int", "float"]
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_TEMPLATE_FIELD = re.compile(r"\{([^{}]+)\}")
+
+# Named post-processing steps a benchmark may ask for (see guardpolicy.data.normalise.TRANSFORMS).
+KNOWN_TRANSFORMS = ("xstest_pairs",)
+
+
+@dataclass(frozen=True)
+class HFFile:
+    """A file of a Hugging Face *dataset* repository at a pinned commit."""
+
+    repo: str
+    revision: str
+    path: str
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[0-9a-f]{40}", self.revision):
+            raise ConfigError(f"revision must be a 40-hex commit sha (a branch name is not a pin), got {self.revision!r}")
+
+
+@dataclass(frozen=True)
+class ColumnMap:
+    """Where the common-schema fields come from in the source file.
+
+    `prompt` is a column name or a template such as ``"{ContextString}\\n\\n---\\n\\n{Behavior}"``; a template
+    field that is empty in a row is dropped together with the separator that follows it.
+    """
+
+    prompt: str
+    id: str | None = None
+    category: str | None = None
+    label: str | None = None
+
+    def prompt_columns(self) -> tuple[str, ...]:
+        fields = _TEMPLATE_FIELD.findall(self.prompt)
+        return tuple(fields) if fields else (self.prompt,)
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    format: FileFormat
+    columns: ColumnMap
+    mirror: str | None = None
+    url: str | None = None
+    hf: HFFile | None = None
+    sha256: str | None = None
+    size: int | None = None
+    # Keep only rows whose column value is in the list, e.g. {FunctionalCategory: [standard]}.
+    filter: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Extra output columns: output name -> source column (declared with a type in BenchmarkSpec.extras).
+    keep: dict[str, str] = field(default_factory=dict)
+    # Constant output values for this file, e.g. the risk area a per-area file stands for.
+    constants: dict[str, str] = field(default_factory=dict)
+    # A short tag stored in the `subset` column (AdvBench behaviors vs strings).
+    subset: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sha256 is not None and not _SHA256.fullmatch(self.sha256):
+            raise ConfigError(f"sha256 must be 64 lowercase hex characters, got {self.sha256!r}")
+        if self.url is not None and self.hf is not None:
+            raise ConfigError("give either url or hf for a file, not both")
+        if self.mirror is None and self.url is None and self.hf is None:
+            raise ConfigError("a file needs at least one of mirror, url, hf")
+        if self.url is not None and not re.match(r"^(https?|file)://", self.url):
+            raise ConfigError(f"url must be http(s):// or file://, got {self.url!r}")
+        bad = sorted(set(self.constants) - {"category"})
+        if bad:
+            raise ConfigError(f"constants may only set 'category', got {bad}")
+
+    @property
+    def display_name(self) -> str:
+        return self.mirror or self.url or (self.hf.path if self.hf else "?")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    provenance: Literal["original", "derived"]
+    files: tuple[FileSpec, ...]
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.files:
+            raise ConfigError(f"source {self.name!r} lists no files")
+        if self.provenance == "derived" and not self.note:
+            raise ConfigError(f"derived source {self.name!r} needs a note saying how it differs from the original")
+
+
+@dataclass(frozen=True)
+class LabelSpec:
+    """The benchmark's own gold label for each prompt."""
+
+    kind: Literal["all_unsafe", "all_safe", "column"]
+    unsafe_values: tuple[str, ...] = ()
+    safe_values: tuple[str, ...] = ()
+    # For a labelled benchmark, how many prompts are unsafe (checked by validation).
+    expected_unsafe_rows: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind == "column":
+            if not self.unsafe_values or not self.safe_values:
+                raise ConfigError("a column label needs both unsafe_values and safe_values")
+            if set(self.unsafe_values) & set(self.safe_values):
+                raise ConfigError("unsafe_values and safe_values overlap")
+        elif self.unsafe_values or self.safe_values or self.expected_unsafe_rows is not None:
+            raise ConfigError(f"label kind {self.kind!r} takes no values or expected_unsafe_rows")
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    description: str
+    license: str
+    expected_rows: int
+    label: LabelSpec
+    sources: tuple[SourceSpec, ...]
+    extras: dict[str, ExtraType] = field(default_factory=dict)
+    transform: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.expected_rows <= 0:
+            raise ConfigError(f"expected_rows must be positive, got {self.expected_rows}")
+        if self.transform is not None and self.transform not in KNOWN_TRANSFORMS:
+            raise ConfigError(f"unknown transform {self.transform!r}; known: {list(KNOWN_TRANSFORMS)}")
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"source names must be unique, got {names}")
+        for source in self.sources:
+            for file in source.files:
+                undeclared = sorted(set(file.keep) - set(self.extras))
+                if undeclared:
+                    raise ConfigError(
+                        f"source {source.name!r} keeps {undeclared}, which are not declared in extras"
+                    )
+                if self.label.kind == "column" and file.columns.label is None:
+                    raise ConfigError(f"source {source.name!r}: label kind 'column' needs columns.label")
+        if self.label.kind == "column" and self.label.expected_unsafe_rows is not None:
+            if not 0 <= self.label.expected_unsafe_rows <= self.expected_rows:
+                raise ConfigError("label.expected_unsafe_rows must lie between 0 and expected_rows")
+
+    def expected_unsafe_rows(self) -> int | None:
+        if self.label.kind == "all_unsafe":
+            return self.expected_rows
+        if self.label.kind == "all_safe":
+            return 0
+        return self.label.expected_unsafe_rows
+
+
+def parse_registry(data: object, where: str) -> dict[str, BenchmarkSpec]:
+    if not isinstance(data, dict) or set(data) != {"benchmarks"}:
+        raise ConfigError(f"{where}: expected a single top-level key 'benchmarks'")
+    entries = data["benchmarks"]
+    if not isinstance(entries, dict) or not entries:
+        raise ConfigError(f"{where}: 'benchmarks' must be a non-empty mapping of name -> entry")
+    registry = {}
+    for name, entry in entries.items():
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ConfigError(f"{where}: benchmark name {name!r} must match {_NAME.pattern}")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: benchmarks.{name}: expected a mapping")
+        if "name" in entry:
+            raise ConfigError(f"{where}: benchmarks.{name}: 'name' comes from the key and may not be set")
+        registry[name] = from_mapping(BenchmarkSpec, {"name": name, **entry}, where=f"{where}: benchmarks.{name}")
+    return registry
+
+
+def load_registry(path: str | Path) -> dict[str, BenchmarkSpec]:
+    return parse_registry(load_yaml(path), str(path))

@@ -1,0 +1,47 @@
+"""Error types that carry *where* a problem is: the file, the row and the field.
+
+Every stage turns these into one readable line on stderr and a non-zero exit (see `guardpolicy.cli`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class GuardpolicyError(Exception):
+    """Base class for errors the command line reports without a traceback."""
+
+
+class ConfigError(GuardpolicyError):
+    """A params / registry entry is missing, unknown or of the wrong type."""
+
+
+class InputError(GuardpolicyError):
+    """Bad input data, located as precisely as we can: file, row (1-based data row or 'header'), field."""
+
+    def __init__(
+        self,
+        file: str | Path,
+        message: str,
+        *,
+        row: int | str | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.file = str(file)
+        self.row = row
+        self.field = field
+        self.message = message
+        where = [self.file]
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        super().__init__(f"{', '.join(where)}: {message}")
+
+
+class ChecksumError(InputError):
+    """The bytes of a file do not hash to the sha256 pinned in the registry."""
+
+
+class ValidationFailed(GuardpolicyError):
+    """A critical data expectation failed; the message names the dataset, expectation and examples."""

@@ -1,0 +1,1 @@
+"""Human- and DVC-facing reports built from stage outputs."""

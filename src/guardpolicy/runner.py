@@ -1,0 +1,40 @@
+"""How every stage and CLI operation runs: logging to stderr, and our errors as one line plus an exit status.
+
+Exit status 2: bad input or configuration (the message names file, row and field). Exit status 1: a critical
+data expectation failed. Tracebacks are kept for genuine bugs.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from guardpolicy.errors import GuardpolicyError, ValidationFailed
+
+EXIT_VALIDATION = 1
+EXIT_BAD_INPUT = 2
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def guarded(operation: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap an operation for the command line (fire keeps the signature, so flags and help still work)."""
+
+    @functools.wraps(operation)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        configure_logging()
+        try:
+            return operation(*args, **kwargs)
+        except ValidationFailed as exc:
+            print(f"validation failed: {exc}", file=sys.stderr)
+            sys.exit(EXIT_VALIDATION)
+        except GuardpolicyError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
+
+    return run
