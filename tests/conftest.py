@@ -1,0 +1,65 @@
+"""Shared test helpers: repository paths, the local mirror, and small builders for params and registries."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# The byte-exact mirror of the public benchmarks that sits beside the repository here and in CI.
+MIRROR = (REPO_ROOT / ".." / "shared" / "benchmarks").resolve()
+
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+requires_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"benchmark mirror not present at {MIRROR}")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def real_registry() -> dict[str, Any]:
+    """The project's registry as plain YAML data (anchors resolved), for tests to copy and adapt."""
+    with open(REPO_ROOT / "data" / "benchmarks.yaml", encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def registry_with(entries: dict[str, Any], path: Path) -> Path:
+    path.write_text(yaml.safe_dump({"benchmarks": entries}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def entry_for_fixture(name: str, replacements: list[dict[str, Any]], expected_rows: int | None = None) -> dict:
+    """A deep copy of the real registry entry `name` with its first source's files adapted for a fixture.
+
+    Each item of `replacements` is merged into the corresponding file spec (e.g. a new `mirror` path and
+    `sha256`), and the other sources are dropped so the test exercises exactly the real column mapping.
+    """
+    entry = copy.deepcopy(real_registry()["benchmarks"][name])
+    source = entry["sources"][0]
+    for file_spec, update in zip(source["files"], replacements, strict=True):
+        file_spec.update(update)
+    entry["sources"] = [source]
+    if expected_rows is not None:
+        entry["expected_rows"] = expected_rows
+        if entry["label"].get("expected_unsafe_rows") is not None:
+            entry["label"].pop("expected_unsafe_rows")
+    return entry
+
+
+def write_params(path: Path, mirror_dir: Path | str, allow_download: bool = False, profile: str = "smoke") -> Path:
+    """A params.yaml with the project's profiles and the given data settings."""
+    with open(REPO_ROOT / "params.yaml", encoding="utf-8") as handle:
+        params = yaml.safe_load(handle)
+    params["profile"] = profile
+    params["data"] = {"mirror_dir": str(mirror_dir), "allow_download": allow_download, "download_timeout_s": 5}
+    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    return path
