@@ -37,14 +37,16 @@ def registry_with(entries: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def entry_for_fixture(name: str, replacements: list[dict[str, Any]], expected_rows: int | None = None) -> dict:
-    """A deep copy of the real registry entry `name` with its first source's files adapted for a fixture.
+def entry_for_fixture(
+    name: str, replacements: list[dict[str, Any]], expected_rows: int | None = None, source_index: int = 0
+) -> dict:
+    """A deep copy of the real registry entry `name` with one source's files adapted for a fixture.
 
     Each item of `replacements` is merged into the corresponding file spec (e.g. a new `mirror` path and
     `sha256`), and the other sources are dropped so the test exercises exactly the real column mapping.
     """
     entry = copy.deepcopy(real_registry()["benchmarks"][name])
-    source = entry["sources"][0]
+    source = entry["sources"][source_index]
     for file_spec, update in zip(source["files"], replacements, strict=True):
         file_spec.update(update)
     entry["sources"] = [source]
