@@ -57,11 +57,17 @@ def entry_for_fixture(
     return entry
 
 
-def write_params(path: Path, mirror_dir: Path | str, allow_download: bool = False, profile: str = "smoke") -> Path:
+def write_params(
+    path: Path, mirror_dir: Path | str, allow_download: bool = False, profile: str = "smoke"
+) -> Path:
     """A params.yaml with the project's profiles and the given data settings."""
     with open(REPO_ROOT / "params.yaml", encoding="utf-8") as handle:
         params = yaml.safe_load(handle)
     params["profile"] = profile
-    params["data"] = {"mirror_dir": str(mirror_dir), "allow_download": allow_download, "download_timeout_s": 5}
+    params["data"] = {
+        "mirror_dir": str(mirror_dir),
+        "allow_download": allow_download,
+        "download_timeout_s": 5,
+    }
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     return path

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+
 import fire
 
 from guardpolicy.config import load_params
@@ -26,7 +27,11 @@ def show_params(params_file: str = "params.yaml") -> str:
     """Print the validated params with the active profile resolved."""
     params = load_params(params_file)
     return json.dumps(
-        {"profile": params.profile, "active": dataclasses.asdict(params.active), "data": dataclasses.asdict(params.data)},
+        {
+            "profile": params.profile,
+            "active": dataclasses.asdict(params.active),
+            "data": dataclasses.asdict(params.data),
+        },
         indent=2,
     )
 
@@ -35,7 +40,8 @@ def show_registry(registry_file: str = benchmark_stages.REGISTRY_FILE) -> str:
     """List the validated benchmark registry: name, expected rows, label kind, sources."""
     registry = load_registry(registry_file)
     lines = [
-        f"{name:22s} {spec.expected_rows:>6d}  {spec.label.kind:10s}  " + " | ".join(s.name for s in spec.sources)
+        f"{name:22s} {spec.expected_rows:>6d}  {spec.label.kind:10s}  "
+        + " | ".join(s.name for s in spec.sources)
         for name, spec in registry.items()
     ]
     return "\n".join(lines)

@@ -25,7 +25,9 @@ PARAMS_FILE = "params.yaml"
 
 
 def _type_name(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}" if not isinstance(value, Mapping | list) else type(value).__name__
+    return (
+        f"{type(value).__name__} {value!r}" if not isinstance(value, Mapping | list) else type(value).__name__
+    )
 
 
 def _coerce(tp: Any, value: Any, where: str) -> Any:
@@ -46,7 +48,9 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
                 return _coerce(option, value, where)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: none of the allowed types fit: {errors}")
+        raise ConfigError(
+            errors[0] if len(errors) == 1 else f"{where}: none of the allowed types fit: {errors}"
+        )
     if origin is Literal:
         allowed = get_args(tp)
         if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
@@ -62,13 +66,16 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             return tuple(_coerce(args[0], item, f"{where}[{i}]") for i, item in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"{where}: expected {len(args)} items, got {len(value)}")
-        return tuple(_coerce(a, item, f"{where}[{i}]") for i, (a, item) in enumerate(zip(args, value, strict=True)))
+        return tuple(
+            _coerce(a, item, f"{where}[{i}]") for i, (a, item) in enumerate(zip(args, value, strict=True))
+        )
     if origin in (dict, Mapping, typing.Mapping):
         key_tp, value_tp = get_args(tp)
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {_type_name(value)}")
         return {
-            _coerce(key_tp, k, f"{where} key {k!r}"): _coerce(value_tp, v, f"{where}.{k}") for k, v in value.items()
+            _coerce(key_tp, k, f"{where} key {k!r}"): _coerce(value_tp, v, f"{where}.{k}")
+            for k, v in value.items()
         }
     if tp is bool:
         if not isinstance(value, bool):
@@ -157,11 +164,23 @@ class EncoderConfig:
     config_overrides: dict[str, int | float | str | bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        is_hub_id = "/" in self.name and not self.name.startswith(("pypi:", "/", ".")) and not Path(self.name).exists()
-        if is_hub_id and not self.random_init and (
-            self.revision is None or len(self.revision) != 40 or not all(c in "0123456789abcdef" for c in self.revision)
+        is_hub_id = (
+            "/" in self.name
+            and not self.name.startswith(("pypi:", "/", "."))
+            and not Path(self.name).exists()
+        )
+        if (
+            is_hub_id
+            and not self.random_init
+            and (
+                self.revision is None
+                or len(self.revision) != 40
+                or not all(c in "0123456789abcdef" for c in self.revision)
+            )
         ):
-            raise ConfigError(f"encoder {self.name!r}: a hub model needs revision pinned to a 40-hex commit sha")
+            raise ConfigError(
+                f"encoder {self.name!r}: a hub model needs revision pinned to a 40-hex commit sha"
+            )
         if self.num_layers is not None and self.num_layers <= 0:
             raise ConfigError(f"num_layers must be positive, got {self.num_layers}")
 
@@ -200,7 +219,9 @@ class Params:
 
     def __post_init__(self) -> None:
         if self.profile not in self.profiles:
-            raise ConfigError(f"profile: {self.profile!r} is not one of the defined profiles {sorted(self.profiles)}")
+            raise ConfigError(
+                f"profile: {self.profile!r} is not one of the defined profiles {sorted(self.profiles)}"
+            )
 
     @property
     def active(self) -> ProfileConfig:

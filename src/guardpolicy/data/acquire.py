@@ -54,7 +54,7 @@ def _hf_token() -> str | None:
         from huggingface_hub import get_token
 
         return get_token()
-    except Exception:  # noqa: BLE001 - no token is a normal state
+    except Exception:
         return None
 
 

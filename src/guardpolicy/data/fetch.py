@@ -25,7 +25,9 @@ from guardpolicy.io import write_json, write_parquet
 log = logging.getLogger(__name__)
 
 STATUS_OK = "ok"  # the original upstream bytes (sha256-verified where the registry pins one)
-STATUS_DERIVED = "derived"  # a derived copy (re-export, re-split): content matches, bytes are not the original
+STATUS_DERIVED = (
+    "derived"  # a derived copy (re-export, re-split): content matches, bytes are not the original
+)
 STATUS_MISSING = "missing"  # could be had neither from the mirror nor by download
 
 
@@ -73,7 +75,10 @@ def fetch_benchmark(
         for source in spec.sources:
             try:
                 files = [
-                    (file, _acquire_file(file, mirror_dir, allow_download, timeout_s, Path(tmp) / source.name))
+                    (
+                        file,
+                        _acquire_file(file, mirror_dir, allow_download, timeout_s, Path(tmp) / source.name),
+                    )
                     for file in source.files
                 ]
             except Unavailable as reason:
@@ -112,7 +117,12 @@ def _meta(
         "provenance": source.provenance if source else None,
         "source_note": source.note if source else None,
         "files": [
-            {"origin": local.origin, "sha256": local.sha256, "bytes": local.size, "sha256_pinned": local.verified}
+            {
+                "origin": local.origin,
+                "sha256": local.sha256,
+                "bytes": local.size,
+                "sha256_pinned": local.verified,
+            }
             for _, local in files
         ],
         "attempts": attempts,

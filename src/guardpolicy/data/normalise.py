@@ -100,7 +100,9 @@ def _prompt(template: str, record: dict[str, Any], display: str, row: int) -> st
         if _is_missing(value):
             raise InputError(display, "prompt is missing (null)", row=row, field=name)
         if not isinstance(value, str):
-            raise InputError(display, f"prompt must be text, got {type(value).__name__} {value!r}", row=row, field=name)
+            raise InputError(
+                display, f"prompt must be text, got {type(value).__name__} {value!r}", row=row, field=name
+            )
         if not value.strip():
             raise InputError(display, "prompt is empty", row=row, field=name)
         values[name] = value
@@ -177,7 +179,9 @@ def normalise_file(
             "source_row": row_number,
         }
         for out_name, source_column in file.keep.items():
-            row[out_name] = _cast_extra(record[source_column], spec.extras[out_name], display, row_number, source_column)
+            row[out_name] = _cast_extra(
+                record[source_column], spec.extras[out_name], display, row_number, source_column
+            )
         rows.append(row)
     return rows
 
@@ -218,7 +222,9 @@ def xstest_pairs(spec: BenchmarkSpec, frame: pd.DataFrame) -> pd.DataFrame:
     two safe types (``nons_group_real_discr``, ``privacy_public``) have no contrast block and stay unpaired.
     """
     if "xstest_type" not in frame.columns or "pair_id" not in spec.extras:
-        raise InputError(spec.name, "xstest_pairs needs the extras xstest_type and pair_id", field="xstest_type")
+        raise InputError(
+            spec.name, "xstest_pairs needs the extras xstest_type and pair_id", field="xstest_type"
+        )
     native = frame["id"].str.rsplit(":", n=1).str[-1]
     if not native.str.fullmatch(r"\d+").all():
         raise InputError(spec.name, "xstest_pairs needs numeric ids", field="id")
@@ -239,7 +245,10 @@ def xstest_pairs(spec: BenchmarkSpec, frame: pd.DataFrame) -> pd.DataFrame:
             )
         if bool(frame.at[twin, "expected_unsafe"]) or not bool(frame.at[index, "expected_unsafe"]):
             raise InputError(
-                frame.at[index, "source_file"], f"pair {n - 25}/{n} is not a safe/unsafe pair", row=int(n), field="label"
+                frame.at[index, "source_file"],
+                f"pair {n - 25}/{n} is not a safe/unsafe pair",
+                row=int(n),
+                field="label",
             )
         pair_key = f"xstest:pair:{n - 25}"
         pair[index] = pair_key

@@ -114,7 +114,9 @@ def read_parquet(path: Path, display: str) -> tuple[list[str], Records]:
         table = pq.read_table(path)
         table.validate(full=True)  # also checks that every string is valid UTF-8
     except (pa.ArrowException, OSError) as exc:
-        raise InputError(display, f"not a readable parquet file ({exc}); it may be truncated or corrupt") from exc
+        raise InputError(
+            display, f"not a readable parquet file ({exc}); it may be truncated or corrupt"
+        ) from exc
     rows = table.to_pylist()
     return list(table.column_names), [(i, row) for i, row in enumerate(rows, start=1)]
 

@@ -35,7 +35,9 @@ class HFFile:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[0-9a-f]{40}", self.revision):
-            raise ConfigError(f"revision must be a 40-hex commit sha (a branch name is not a pin), got {self.revision!r}")
+            raise ConfigError(
+                f"revision must be a 40-hex commit sha (a branch name is not a pin), got {self.revision!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,9 @@ class SourceSpec:
         if not self.files:
             raise ConfigError(f"source {self.name!r} lists no files")
         if self.provenance == "derived" and not self.note:
-            raise ConfigError(f"derived source {self.name!r} needs a note saying how it differs from the original")
+            raise ConfigError(
+                f"derived source {self.name!r} needs a note saying how it differs from the original"
+            )
 
 
 @dataclass(frozen=True)
@@ -154,9 +158,9 @@ class BenchmarkSpec:
                     )
                 if self.label.kind == "column" and file.columns.label is None:
                     raise ConfigError(f"source {source.name!r}: label kind 'column' needs columns.label")
-        if self.label.kind == "column" and self.label.expected_unsafe_rows is not None:
-            if not 0 <= self.label.expected_unsafe_rows <= self.expected_rows:
-                raise ConfigError("label.expected_unsafe_rows must lie between 0 and expected_rows")
+        unsafe_rows = self.label.expected_unsafe_rows
+        if unsafe_rows is not None and not 0 <= unsafe_rows <= self.expected_rows:
+            raise ConfigError("label.expected_unsafe_rows must lie between 0 and expected_rows")
 
     def expected_unsafe_rows(self) -> int | None:
         if self.label.kind == "all_unsafe":
@@ -180,7 +184,9 @@ def parse_registry(data: object, where: str) -> dict[str, BenchmarkSpec]:
             raise ConfigError(f"{where}: benchmarks.{name}: expected a mapping")
         if "name" in entry:
             raise ConfigError(f"{where}: benchmarks.{name}: 'name' comes from the key and may not be set")
-        registry[name] = from_mapping(BenchmarkSpec, {"name": name, **entry}, where=f"{where}: benchmarks.{name}")
+        registry[name] = from_mapping(
+            BenchmarkSpec, {"name": name, **entry}, where=f"{where}: benchmarks.{name}"
+        )
     return registry
 
 

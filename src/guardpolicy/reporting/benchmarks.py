@@ -46,8 +46,8 @@ def benchmark_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Benchmarks",
         "",
-        f"{s['benchmarks']} benchmarks: {s['ok']} original, {s['derived']} derived copies, {s['missing']} missing; "
-        f"{s['present_rows']:,} prompts present.",
+        f"{s['benchmarks']} benchmarks: {s['ok']} original, {s['derived']} derived copies, "
+        f"{s['missing']} missing; {s['present_rows']:,} prompts present.",
         "",
         "| benchmark | status | rows | expected | source | note |",
         "|---|---|---:|---:|---|---|",
@@ -55,7 +55,7 @@ def benchmark_markdown(report: dict[str, Any]) -> str:
     for name, b in report["benchmarks"].items():
         note = (b["reason"] or "").replace("|", "\\|").replace("\n", " ")
         mark = "" if b["rows_match"] or b["status"] == "missing" else " ⚠"
-        lines.append(
-            f"| {name} | {b['status']} | {b['rows']:,}{mark} | {b['expected_rows']:,} | {b['source'] or '—'} | {note} |"
-        )
+        rows, expected = f"{b['rows']:,}{mark}", f"{b['expected_rows']:,}"
+        cells = [name, b["status"], rows, expected, b["source"] or "—", note]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

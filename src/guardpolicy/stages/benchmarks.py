@@ -42,8 +42,13 @@ def fetch(
     if name not in registry:
         raise ConfigError(f"{registry_file}: no benchmark named {name!r}; known: {sorted(registry)}")
     mirror = Path(params.data.mirror_dir)
-    log.info("fetch %s: mirror %s (%s), downloads %s", name, mirror, "present" if mirror.is_dir() else "absent",
-             "on" if params.data.allow_download else "off")
+    log.info(
+        "fetch %s: mirror %s (%s), downloads %s",
+        name,
+        mirror,
+        "present" if mirror.is_dir() else "absent",
+        "on" if params.data.allow_download else "off",
+    )
     result = fetch_benchmark(
         registry[name],
         mirror_dir=mirror,
@@ -53,8 +58,14 @@ def fetch(
     out_dir = Path(out_dir)
     write_outputs(result, parquet_path(out_dir, name), meta_path(out_dir, name))
     meta = result.meta
-    log.info("fetch %s: %s, %d/%d rows -> %s", name, meta["status"], meta["rows"], meta["expected_rows"],
-             parquet_path(out_dir, name))
+    log.info(
+        "fetch %s: %s, %d/%d rows -> %s",
+        name,
+        meta["status"],
+        meta["rows"],
+        meta["expected_rows"],
+        parquet_path(out_dir, name),
+    )
     return meta
 
 
@@ -64,7 +75,7 @@ def report(
     json_out: str | Path = "reports/benchmarks.json",
     markdown_out: str | Path = "reports/benchmarks.md",
 ) -> dict:
-    """Collect every benchmark's provenance into reports/benchmarks.json (a DVC metric) and a Markdown table."""
+    """Collect all fetch provenance into reports/benchmarks.json (a DVC metric) and a Markdown table."""
     registry = load_registry(registry_file)
     metas = {}
     for name in registry:
@@ -76,8 +87,13 @@ def report(
     write_json(json_out, summary)
     write_text(markdown_out, benchmark_markdown(summary))
     s = summary["summary"]
-    log.info("benchmarks: %d ok, %d derived, %d missing, %d prompts", s["ok"], s["derived"], s["missing"],
-             s["present_rows"])
+    log.info(
+        "benchmarks: %d ok, %d derived, %d missing, %d prompts",
+        s["ok"],
+        s["derived"],
+        s["missing"],
+        s["present_rows"],
+    )
     return summary
 
 

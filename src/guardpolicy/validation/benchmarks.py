@@ -40,7 +40,10 @@ def benchmark_checks(spec: BenchmarkSpec) -> list[Check]:
             e.ExpectColumnValuesToBeInSet(column="benchmark", value_set=[spec.name]),
             description=f"every row belongs to {spec.name}",
         ),
-        Check(e.ExpectColumnValuesToNotBeNull(column="expected_unsafe"), description="every row has a gold label"),
+        Check(
+            e.ExpectColumnValuesToNotBeNull(column="expected_unsafe"),
+            description="every row has a gold label",
+        ),
     ]
     if spec.label.kind == "all_unsafe":
         checks.append(

@@ -1,0 +1,155 @@
+"""End to end: copy the repository into a fresh git repository and run the real `dvc repro` on the smoke
+profile, then check the outputs, the metrics and that a second `dvc repro` is a fast no-op.
+
+Later issues extend the DAG; this test grows with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import MIRROR, REPO_ROOT, write_params
+
+pytestmark = pytest.mark.e2e
+
+BIN = Path(sys.executable).parent
+PRESENT_COUNTS = {
+    "harmbench_standard": 200,
+    "harmbench_contextual": 100,
+    "harmbench_copyright": 100,
+    "advbench": 1094,
+    "jbb_harmful": 100,
+    "jbb_benign": 100,
+    "strongreject": 313,
+    "donotanswer": 939,
+    "wildguard_harmful": 754,
+    "wildguard_benign": 945,
+    "salad_defense": 200,
+    "xstest": 450,
+}
+ABSENT_FROM_MIRROR = {"salad_base", "salad_attack", "orbench_toxic", "orbench_hard"}
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (
+        f"{' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
+    return result
+
+
+def _copy_repository(destination: Path) -> None:
+    """Tracked and untracked-but-not-ignored files: what a clone plus the working change would hold.
+
+    dvc.lock and committed metrics are left out so the run starts from nothing, like a fresh user's first run.
+    """
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    for relative in filter(None, listed):
+        if relative == "dvc.lock" or relative.startswith(("reports/", "tests/")):
+            continue
+        source = REPO_ROOT / relative
+        if source.is_file():
+            target = destination / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+@pytest.fixture(scope="module")
+def smoke_repo(tmp_path_factory) -> tuple[Path, dict[str, str], float]:
+    work = tmp_path_factory.mktemp("e2e") / "repo"
+    work.mkdir()
+    _copy_repository(work)
+    write_params(work / "params.yaml", MIRROR, allow_download=False, profile="smoke")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
+    env.pop("DVC_SITE_CACHE_DIR", None)
+    for args in (
+        ["git", "init", "-q"],
+        ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid", "add", "-A"],
+        ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid", "commit", "-qm", "e2e"],
+    ):
+        _run(args, work, env)
+    start = time.perf_counter()
+    _run([str(BIN / "dvc"), "repro"], work, env)
+    return work, env, time.perf_counter() - start
+
+
+def test_repro_writes_every_benchmark_and_the_reports(smoke_repo):
+    work, _, _ = smoke_repo
+    report = json.loads((work / "reports" / "benchmarks.json").read_text())
+    validation = json.loads((work / "reports" / "validation" / "benchmarks.json").read_text())
+    names = set(yaml.safe_load((work / "data" / "benchmarks.yaml").read_text())["benchmarks"])
+    assert set(report["benchmarks"]) == names
+    for name in names:
+        frame = pd.read_parquet(work / "data" / "benchmarks" / f"{name}.parquet")
+        assert {"id", "benchmark", "prompt", "expected_unsafe", "category"} <= set(frame.columns)
+        entry = report["benchmarks"][name]
+        assert entry["rows"] == len(frame)
+        if entry["status"] == "missing":
+            assert len(frame) == 0 and entry["reason"]
+    assert validation["success"] is True
+    if MIRROR.is_dir():
+        for name, count in PRESENT_COUNTS.items():
+            assert report["benchmarks"][name]["rows"] == count, name
+            assert report["benchmarks"][name]["status"] in {"ok", "derived"}
+        for name in ABSENT_FROM_MIRROR:
+            assert report["benchmarks"][name]["status"] == "missing"
+        assert {n for n, b in report["benchmarks"].items() if b["status"] == "derived"} == {
+            "jbb_harmful",
+            "jbb_benign",
+            "donotanswer",
+            "wildguard_harmful",
+            "wildguard_benign",
+        }
+        assert validation["summary"] == {"validated": 12, "passed": 12, "failed": 0, "skipped_missing": 4}
+
+
+def test_second_repro_is_a_fast_no_op(smoke_repo):
+    work, env, _ = smoke_repo
+    start = time.perf_counter()
+    result = _run([str(BIN / "dvc"), "repro"], work, env)
+    elapsed = time.perf_counter() - start
+    assert "Data and pipelines are up to date" in result.stdout + result.stderr
+    assert elapsed < 20, f"no-op dvc repro took {elapsed:.1f}s"
+
+
+def test_metrics_show_prints_the_benchmark_report(smoke_repo):
+    work, env, _ = smoke_repo
+    shown = _run([str(BIN / "dvc"), "metrics", "show", "--json"], work, env).stdout
+    metrics = json.loads(shown)
+    files = next(iter(metrics.values()))["data"]
+    assert "reports/benchmarks.json" in files
+    assert "reports/validation/benchmarks.json" in files
+
+
+def test_changing_one_registry_entry_reruns_only_its_stage(smoke_repo):
+    work, env, _ = smoke_repo
+    registry_path = work / "data" / "benchmarks.yaml"
+    original = registry_path.read_text()
+    try:
+        edited = original.replace("XSTest: 250 safe prompts", "XSTest (edited): 250 safe prompts")
+        assert edited != original
+        registry_path.write_text(edited)
+        status = _run([str(BIN / "dvc"), "status", "--json"], work, env).stdout
+        changed = set(json.loads(status))
+        assert "fetch@xstest" in changed
+        assert not any(s.startswith("fetch@") and s != "fetch@xstest" for s in changed)
+    finally:
+        registry_path.write_text(original)

@@ -1,0 +1,86 @@
+"""The DAG itself: every dvc.yaml stage resolves, lists existing code and real param keys, and the stage set
+matches the registry (one fetch@ stage per benchmark)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO_ROOT
+from dvc.dependency.param import ParamsDependency
+from dvc.repo import Repo
+
+from guardpolicy.config import load_params
+from guardpolicy.data.registry import load_registry
+
+DVC = str(Path(sys.executable).with_name("dvc"))
+
+
+@pytest.fixture(scope="module")
+def stages():
+    repo = Repo(str(REPO_ROOT))
+    try:
+        yield {stage.name: stage for stage in repo.index.stages}
+    finally:
+        repo.close()
+
+
+def test_stage_list_has_one_fetch_per_registry_entry():
+    listed = subprocess.run(
+        [DVC, "stage", "list", "--name-only"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    registry = load_registry(REPO_ROOT / "data" / "benchmarks.yaml")
+    assert sorted(s for s in listed if s.startswith("fetch@")) == sorted(f"fetch@{n}" for n in registry)
+    assert len(registry) == 16
+    assert {"benchmarks_report", "validate_benchmarks"} <= set(listed)
+
+
+def _lookup(data, dotted: str):
+    node = data
+    for part in dotted.split("."):
+        assert isinstance(node, dict) and part in node, f"param key {dotted!r} does not exist"
+        node = node[part]
+    return node
+
+
+def test_every_param_key_exists_and_every_code_dep_is_a_file(stages):
+    produced = {str(Path(out.def_path)) for stage in stages.values() for out in stage.outs}
+    for name, stage in stages.items():
+        for dep in stage.deps:
+            if isinstance(dep, ParamsDependency):
+                with open(REPO_ROOT / dep.def_path, encoding="utf-8") as handle:
+                    data = yaml.safe_load(handle)
+                for key in dep.params:
+                    _lookup(data, key)
+                continue
+            path = Path(dep.def_path)
+            is_produced = any(p == str(path) or p.startswith(f"{path}/") for p in produced)
+            assert is_produced or (REPO_ROOT / path).exists(), f"{name}: dependency {path} does not exist"
+
+
+def test_params_and_every_profile_validate():
+    params = load_params(REPO_ROOT / "params.yaml")
+    assert set(params.profiles) == {"default", "smoke", "paper"}
+    assert params.profile == "default"
+
+
+def test_stage_scripts_are_thin_and_import_only_what_they_list(stages):
+    """A pipelines/ entry is paths + params + one call; the package modules it imports are declared deps."""
+    for name, stage in stages.items():
+        script = stage.cmd.split()[1]
+        source = (REPO_ROOT / script).read_text(encoding="utf-8")
+        assert len(source.splitlines()) <= 80, f"{script} is not thin"
+        deps = {str(Path(d.def_path)) for d in stage.deps}
+        assert script in deps, f"{name} does not depend on its own script {script}"
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("guardpolicy."):
+                module_path = "src/" + node.module.replace(".", "/")
+                covered = any(
+                    dep == module_path + ".py" or module_path.startswith(dep + "/") or module_path == dep
+                    for dep in deps
+                )
+                assert covered, f"{name}: imports {node.module} but does not list it as a dependency"
