@@ -26,7 +26,7 @@ repro: setup
 	dvc repro
 
 test: setup
-	python -m pytest
+	python -m pytest -n 2 --dist loadfile
 
 test-all: setup
 	python -m pytest -m ''

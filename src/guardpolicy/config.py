@@ -114,9 +114,8 @@ def from_mapping(cls: type[T], data: Any, *, where: str) -> T:
         kwargs[name] = _coerce(hints[name], data[name], f"{where}.{name}")
     try:
         return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
+    except (ConfigError, TypeError, ValueError) as exc:
+        # A range or consistency check of the dataclass itself: say where it is.
         raise ConfigError(f"{where}: {exc}") from exc
 
 

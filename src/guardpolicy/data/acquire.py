@@ -125,6 +125,9 @@ def download(spec: FileSpec, dest_dir: Path, timeout_s: float) -> LocalFile:
                         f"download truncated: got {received} of {expected_length} bytes from {url}"
                     )
         os.replace(partial, final)
+    except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
+        # urllib3 itself refuses a body shorter than its Content-Length before our own length check runs.
+        raise Unavailable(f"download truncated: connection broke mid-file ({url}): {_short(exc)}") from exc
     except requests.ConnectionError as exc:
         host = urllib.parse.urlparse(url).netloc
         raise Unavailable(f"download failed: cannot connect to {host} ({url})") from exc

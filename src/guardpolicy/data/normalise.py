@@ -247,7 +247,7 @@ def xstest_pairs(spec: BenchmarkSpec, frame: pd.DataFrame) -> pd.DataFrame:
             raise InputError(
                 frame.at[index, "source_file"],
                 f"pair {n - 25}/{n} is not a safe/unsafe pair",
-                row=int(n),
+                row=int(frame.at[index, "source_row"]),
                 field="label",
             )
         pair_key = f"xstest:pair:{n - 25}"

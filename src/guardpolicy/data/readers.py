@@ -113,7 +113,8 @@ def read_parquet(path: Path, display: str) -> tuple[list[str], Records]:
     try:
         table = pq.read_table(path)
         table.validate(full=True)  # also checks that every string is valid UTF-8
-    except (pa.ArrowException, OSError) as exc:
+    # Corrupt footer bytes surface as any of these (a non-UTF-8 column name as UnicodeDecodeError).
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise InputError(
             display, f"not a readable parquet file ({exc}); it may be truncated or corrupt"
         ) from exc

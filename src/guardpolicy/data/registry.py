@@ -44,8 +44,9 @@ class HFFile:
 class ColumnMap:
     """Where the common-schema fields come from in the source file.
 
-    `prompt` is a column name or a template such as ``"{ContextString}\\n\\n---\\n\\n{Behavior}"``; a template
-    field that is empty in a row is dropped together with the separator that follows it.
+    `prompt` is a column name or a template such as ``"{ContextString}\\n\\n---\\n\\n{Behavior}"``;
+    every field a template names must be a non-empty string in each kept row (filter first, e.g. to
+    contextual behaviors).
     """
 
     prompt: str

@@ -127,6 +127,8 @@ def run_checks(dataset: str, frame: pd.DataFrame, checks: list[Check], id_column
         examples = _examples(result, id_column)
         if item.exception_info and item.exception_info.get("raised_exception"):
             observed: Any = f"error: {item.exception_info.get('exception_message')}"
+        elif (result.get("details") or {}).get("mismatched"):
+            observed = result["details"]["mismatched"]  # e.g. {"missing": [...]} for a column-set check
         else:
             observed = result.get("observed_value")
         results.append(
@@ -148,10 +150,14 @@ def run_checks(dataset: str, frame: pd.DataFrame, checks: list[Check], id_column
 
 def _examples(result: dict[str, Any], id_column: str) -> list[str]:
     index_list = result.get("unexpected_index_list") or []
-    ids = [str(entry[id_column]) for entry in index_list if isinstance(entry, dict) and id_column in entry]
+    ids = [_label(entry[id_column]) for entry in index_list if isinstance(entry, dict) and id_column in entry]
     if not ids:
-        ids = [str(v) for v in (result.get("partial_unexpected_list") or [])]
+        ids = [_label(v) for v in (result.get("partial_unexpected_list") or [])]
     return list(dict.fromkeys(ids))[:EXAMPLES]
+
+
+def _label(value: Any) -> str:
+    return "<null>" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def _plain(value: Any) -> Any:
