@@ -53,7 +53,7 @@ def _acquire_file(
             raise Unavailable(f"{file.display_name}: {mirror_reason}; {download_reason}") from None
 
 
-def _build(spec: BenchmarkSpec, source: SourceSpec, files: list[tuple[FileSpec, LocalFile]]) -> pa.Table:
+def _build(spec: BenchmarkSpec, files: list[tuple[FileSpec, LocalFile]]) -> pa.Table:
     rows: list[dict[str, Any]] = []
     for file, local in files:
         display = local.origin.removeprefix("mirror:")
@@ -85,7 +85,7 @@ def fetch_benchmark(
                 log.info("%s: source %r unavailable: %s", spec.name, source.name, reason)
                 attempts.append({"source": source.name, "reason": str(reason)})
                 continue
-            table = _build(spec, source, files)
+            table = _build(spec, files)
             status = STATUS_OK if source.provenance == "original" else STATUS_DERIVED
             log.info("%s: %d rows from source %r (%s)", spec.name, table.num_rows, source.name, status)
             return FetchResult(table, _meta(spec, status, table, source, files, attempts))
@@ -126,7 +126,8 @@ def _meta(
             for _, local in files
         ],
         "attempts": attempts,
-        "reason": reason if status == STATUS_MISSING else (source.note or None if source else None),
+        # Why it is missing, or for a present benchmark the registry's note on its source (if any).
+        "reason": reason if source is None else (source.note or None),
     }
 
 

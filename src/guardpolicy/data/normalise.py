@@ -80,14 +80,13 @@ def _cast_extra(value: Any, dtype: ExtraType, display: str, row: int, column: st
                 return False
             raise ValueError(value)
         if dtype == "int":
-            return int(float(value)) if float(value).is_integer() else _raise(value)
+            number = float(value)
+            if not number.is_integer():
+                raise ValueError(value)
+            return int(number)
         return float(value)
     except (TypeError, ValueError) as exc:
         raise InputError(display, f"cannot read {value!r} as {dtype}", row=row, field=column) from exc
-
-
-def _raise(value: Any) -> Any:
-    raise ValueError(value)
 
 
 def _prompt(template: str, record: dict[str, Any], display: str, row: int) -> str:

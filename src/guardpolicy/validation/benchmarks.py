@@ -80,10 +80,6 @@ def benchmark_checks(spec: BenchmarkSpec) -> list[Check]:
 
 
 def validate_benchmark(spec: BenchmarkSpec, frame: pd.DataFrame) -> SuiteResult:
-    # GX sums booleans as integers only when the column is numeric-like; give it plain bools.
-    frame = frame.copy()
-    if "expected_unsafe" in frame.columns:
-        frame["expected_unsafe"] = frame["expected_unsafe"].astype("object")
     return run_checks(spec.name, frame, benchmark_checks(spec))
 
 
