@@ -211,10 +211,155 @@ class ProfileConfig:
 
 
 @dataclass(frozen=True)
+class PoolConfig:
+    """The prompt pool. Read by the pool stage; its size comes from the profile (`pool_size`)."""
+
+    # The pool source registry: public sets, generated cells and the user's own files.
+    sources_file: str = "data/pool.yaml"
+    # Seeds the per-source sampling and the generated cells, so the pool is deterministic.
+    seed: int = 13
+    # Prompts longer than this (characters) are dropped and counted, not truncated.
+    max_prompt_chars: int = 4000
+
+    def __post_init__(self) -> None:
+        if self.max_prompt_chars <= 0:
+            raise ConfigError(f"max_prompt_chars must be positive, got {self.max_prompt_chars}")
+
+
+@dataclass(frozen=True)
+class ImportLabelerConfig:
+    """Take a policy's labels from a column the user's pool file carried (pool column `import_<name>`)."""
+
+    column: str
+    # User value -> coarse class; values already spelled as coarse classes need no entry.
+    mapping: dict[str, str] = field(default_factory=dict)
+    # Optional pool column with `;`-separated pillar names.
+    pillars_column: str | None = None
+
+
+@dataclass(frozen=True)
+class CommitteeConfig:
+    """Several LLM judges behind an OpenAI-compatible chat-completions endpoint."""
+
+    base_url: str
+    models: tuple[str, ...]
+    # Samples per judge and round; the committee's answer is the majority over judges x samples.
+    samples: int = 3
+    temperature: float = 0.7
+    max_tokens: int = 8
+    # Name of the environment variable holding the API key (None: send no Authorization header).
+    api_key_env: str | None = "OPENAI_API_KEY"
+    # Answers are cached here by (model, round, sample, policy, prompt) so a rerun costs nothing.
+    cache_dir: str = ".cache/committee"
+    timeout_s: float = 60.0
+    # Re-asks after an unparseable answer or a transient HTTP error, per call.
+    max_retries: int = 2
+    concurrency: int = 4
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ConfigError("committee.models must name at least one judge model")
+        if self.samples <= 0 or self.max_retries < 0 or self.concurrency <= 0:
+            raise ConfigError("committee.samples and concurrency must be positive, max_retries non-negative")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"committee.base_url must be http(s)://..., got {self.base_url!r}")
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """One policy: its constitution file and the labeler that applies it to the pool."""
+
+    file: str
+    labeler: Literal["rules", "import", "committee"] = "rules"
+    import_from: ImportLabelerConfig | None = None
+    committee: CommitteeConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.labeler == "import" and self.import_from is None:
+            raise ConfigError("labeler 'import' needs an import_from section (column, mapping)")
+        if self.labeler == "committee" and self.committee is None:
+            raise ConfigError("labeler 'committee' needs a committee section (base_url, models, ...)")
+
+
+@dataclass(frozen=True)
+class AgreementConfig:
+    """Which two policies the agreement report compares, and the band the validation accepts."""
+
+    pair: tuple[str, str] = ("policy_a", "policy_b")
+    coarse_band: tuple[float, float] = (0.75, 0.95)
+    binary_band: tuple[float, float] = (0.0, 1.0)
+
+    def __post_init__(self) -> None:
+        if self.pair[0] == self.pair[1]:
+            raise ConfigError("agreement.pair must name two different policies")
+        for name in ("coarse_band", "binary_band"):
+            low, high = getattr(self, name)
+            if not 0.0 <= low <= high <= 1.0:
+                raise ConfigError(f"agreement.{name} must satisfy 0 <= low <= high <= 1, got {[low, high]}")
+
+
+@dataclass(frozen=True)
+class NormaliseConfig:
+    """Text normalisation before overlap matching."""
+
+    nfkc: bool = True
+    casefold: bool = True
+    collapse_whitespace: bool = True
+    strip_punctuation: bool = True
+
+
+@dataclass(frozen=True)
+class NearDuplicateConfig:
+    method: Literal["minhash", "ngram"] = "minhash"
+    # Jaccard similarity of shingle sets at or above which two prompts count as near-duplicates.
+    threshold: float = 0.8
+    shingle: Literal["word", "char"] = "word"
+    shingle_size: int = 3
+    num_perm: int = 128
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"threshold must lie in (0, 1], got {self.threshold}")
+        if self.shingle_size <= 0 or self.num_perm <= 0:
+            raise ConfigError("shingle_size and num_perm must be positive")
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """Deterministic stratified train / val / calib split of the pool."""
+
+    train: float = 0.8
+    val: float = 0.1
+    calib: float = 0.1
+    seed: int = 2024
+    # Policies whose coarse labels define the strata (their joint label), plus the source.
+    stratify_by: tuple[str, ...] = ("policy_a", "policy_b")
+
+    def __post_init__(self) -> None:
+        fractions = (self.train, self.val, self.calib)
+        if any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
+            raise ConfigError(f"split fractions must be positive and sum to 1, got {list(fractions)}")
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    normalise: NormaliseConfig = field(default_factory=NormaliseConfig)
+    near_duplicate: NearDuplicateConfig = field(default_factory=NearDuplicateConfig)
+    splits: SplitConfig = field(default_factory=SplitConfig)
+    # What a decontaminated benchmark drops: prompts with an exact match in the pool, or near-duplicates too.
+    decontaminate: Literal["exact", "exact_and_near"] = "exact_and_near"
+
+
+@dataclass(frozen=True)
 class Params:
     profile: str
     data: DataConfig
     profiles: dict[str, ProfileConfig] = field(default_factory=dict)
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    policies: dict[str, PolicyParams] = field(default_factory=dict)
+    agreement: AgreementConfig = field(default_factory=AgreementConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
 
     def __post_init__(self) -> None:
         if self.profile not in self.profiles:
