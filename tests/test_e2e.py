@@ -139,3 +139,65 @@ def test_changing_one_registry_entry_reruns_only_its_stage(smoke_repo):
         assert not any(s.startswith("fetch@") and s != "fetch@xstest" for s in changed)
     finally:
         registry_path.write_text(original)
+
+
+def test_repro_builds_pool_labels_agreement_audit_and_splits(smoke_repo):
+    work, _, _ = smoke_repo
+    pool = pd.read_parquet(work / "data" / "pool" / "pool.parquet")
+    pool_report = json.loads((work / "reports" / "pool.json").read_text())
+    assert len(pool) == 300 and pool["id"].is_unique
+    labels = {}
+    for policy in ("policy_a", "policy_b"):
+        frame = pd.read_parquet(work / "data" / "labels" / f"{policy}.parquet")
+        assert frame["id"].tolist() == pool["id"].tolist()
+        assert frame["policy"].eq(policy).all()
+        labels[policy] = frame
+        if MIRROR.is_dir():
+            assert set(frame["coarse"]) == {"GENERIC_SAFE", "BOUNDARY_SAFE", "HARMFUL", "COMPOUND"}
+    agreement = json.loads((work / "reports" / "agreement.json").read_text())
+    assert agreement["n"] == 300
+    same = (labels["policy_a"]["coarse"] == labels["policy_b"]["coarse"]).mean()
+    assert agreement["coarse_agreement"] == pytest.approx(same, abs=1e-6)
+    assert (work / "reports" / "figures" / "agreement_heatmap.png").read_bytes()[:4] == b"\x89PNG"
+    splits = [pd.read_parquet(work / "data" / "splits" / f"{s}.parquet") for s in ("train", "val", "calib")]
+    split_ids = pd.concat([s["id"] for s in splits])
+    assert split_ids.is_unique and set(split_ids) == set(pool["id"])
+    contamination = json.loads((work / "reports" / "contamination.json").read_text())
+    names = set(yaml.safe_load((work / "data" / "benchmarks.yaml").read_text())["benchmarks"])
+    assert set(contamination["benchmarks"]) == names
+    for name in names:
+        clean = pd.read_parquet(work / "data" / "benchmarks_clean" / f"{name}.parquet")
+        assert len(clean) == contamination["benchmarks"][name]["clean_n"]
+    for report in ("labels", "splits"):
+        assert json.loads((work / "reports" / "validation" / f"{report}.json").read_text())["success"]
+    if MIRROR.is_dir():
+        assert pool_report["totals"]["sources_represented"] >= 10
+
+
+def test_dag_has_one_label_stage_per_policy(smoke_repo):
+    work, env, _ = smoke_repo
+    dag = _run([str(BIN / "dvc"), "dag"], work, env).stdout
+    assert "label@policy_a" in dag and "label@policy_b" in dag
+
+
+def test_changing_one_policy_reruns_only_its_label_stage_and_what_follows(smoke_repo):
+    """Edit one rule of policy A: label@policy_a and its descendants rerun; pool and label@policy_b do not."""
+    work, env, _ = smoke_repo
+    policy_path = work / "data" / "policies" / "policy_a.yaml"
+    original = policy_path.read_text()
+    rule = "  - name: borderline\n    when: {any: [borderline]}\n    coarse: HARMFUL"
+    assert rule in original
+    policy_path.write_text(original.replace(rule, rule.replace("HARMFUL", "BOUNDARY_SAFE")))
+    try:
+        result = _run([str(BIN / "dvc"), "repro"], work, env)
+        ran = {
+            line.split("'")[1]
+            for line in (result.stdout + result.stderr).splitlines()
+            if line.startswith("Running stage '")
+        }
+        assert "label@policy_a" in ran
+        assert {"agreement", "validate_labels", "audit"} <= ran
+        assert not ran & {"pool", "label@policy_b", "benchmarks_report", "validate_benchmarks"}
+        assert not any(s.startswith("fetch@") for s in ran)
+    finally:
+        policy_path.write_text(original)

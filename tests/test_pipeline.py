@@ -37,6 +37,19 @@ def test_stage_list_has_one_fetch_per_registry_entry():
     assert sorted(s for s in listed if s.startswith("fetch@")) == sorted(f"fetch@{n}" for n in registry)
     assert len(registry) == 16
     assert {"benchmarks_report", "validate_benchmarks"} <= set(listed)
+    policies = load_params(REPO_ROOT / "params.yaml").policies
+    assert sorted(s for s in listed if s.startswith("label@")) == sorted(f"label@{p}" for p in policies)
+    assert {"pool", "agreement", "validate_labels", "audit", "validate_splits"} <= set(listed)
+
+
+def test_label_stages_depend_on_their_own_policy_file_only(stages):
+    """So that editing one policy's rules reruns only that policy's label stage (and what follows it)."""
+    policies = load_params(REPO_ROOT / "params.yaml").policies
+    for name, policy in policies.items():
+        deps = {str(Path(d.def_path)) for d in stages[f"label@{name}"].deps}
+        assert policy.file in deps
+        others = {p.file for other, p in policies.items() if other != name}
+        assert not deps & others
 
 
 def _lookup(data, dotted: str):

@@ -3,6 +3,13 @@
     guardpolicy fetch harmbench_standard      # one fetch@ stage by hand
     guardpolicy benchmarks-report
     guardpolicy validate-benchmarks
+    guardpolicy pool                          # build the prompt pool
+    guardpolicy label policy_a                # one label@<policy> stage by hand
+    guardpolicy agreement
+    guardpolicy validate-labels
+    guardpolicy audit                         # contamination, clean benchmarks, splits
+    guardpolicy validate-splits
+    guardpolicy taxonomy                      # the validated label space
     guardpolicy params                        # the active profile, validated
     guardpolicy registry                      # the benchmark registry, validated
 
@@ -20,7 +27,13 @@ import fire
 from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.runner import guarded
+from guardpolicy.stages import agreement as agreement_stage
+from guardpolicy.stages import audit as audit_stage
 from guardpolicy.stages import benchmarks as benchmark_stages
+from guardpolicy.stages import labels as label_stage
+from guardpolicy.stages import pool as pool_stage
+from guardpolicy.stages import validate as validate_stages
+from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
 
 
 def show_params(params_file: str = "params.yaml") -> str:
@@ -47,10 +60,29 @@ def show_registry(registry_file: str = benchmark_stages.REGISTRY_FILE) -> str:
     return "\n".join(lines)
 
 
+def show_taxonomy(taxonomy_file: str = TAXONOMY_FILE) -> str:
+    """Print the validated label space: coarse classes, the 24 pillars and the fact vocabulary."""
+    taxonomy = load_taxonomy(taxonomy_file)
+    lines = ["coarse classes (unsafe: " + ", ".join(taxonomy.unsafe_classes) + ")"]
+    lines += [f"  {name:14s} {text}" for name, text in taxonomy.coarse_definitions.items()]
+    lines.append(f"pillars ({len(taxonomy.pillars)})")
+    lines += [f"  {name:20s} {text}" for name, text in taxonomy.pillars.items()]
+    lines.append("facts")
+    lines += [f"  {name:22s} {text}" for name, text in taxonomy.facts.items()]
+    return "\n".join(lines)
+
+
 COMMANDS = {
     "fetch": guarded(benchmark_stages.fetch),
     "benchmarks-report": guarded(benchmark_stages.report),
     "validate-benchmarks": guarded(benchmark_stages.validate),
+    "pool": guarded(pool_stage.build),
+    "label": guarded(label_stage.label),
+    "agreement": guarded(agreement_stage.agreement),
+    "validate-labels": guarded(validate_stages.validate_labels),
+    "audit": guarded(audit_stage.audit),
+    "validate-splits": guarded(validate_stages.validate_splits),
+    "taxonomy": guarded(show_taxonomy),
     "params": guarded(show_params),
     "registry": guarded(show_registry),
 }

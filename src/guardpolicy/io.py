@@ -39,6 +39,10 @@ def atomic_path(destination: str | Path) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        # mkstemp creates 0600; give the result the permissions a plain open() would (0666 minus umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, destination)
     finally:
         tmp.unlink(missing_ok=True)

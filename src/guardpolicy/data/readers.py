@@ -1,14 +1,17 @@
 """Reading upstream files into plain records, with row numbers for error messages.
 
 Every reader decodes strictly as UTF-8 (a stray byte is an error naming its row, not a silent replacement)
-and returns ``(columns, [(row_number, record), ...])`` where row numbers are 1-based data rows.
+and returns ``(columns, [(row_number, record), ...])`` where row numbers are 1-based data rows. Text formats
+may be gzip-compressed (recognised by the gzip magic bytes, e.g. ``samples-1680.jsonl.gz``).
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,22 @@ import pyarrow.parquet as pq
 from guardpolicy.errors import InputError
 
 Records = list[tuple[int, dict[str, Any]]]
+_GZIP_MAGIC = b"\x1f\x8b"
+# Python's csv refuses fields over 128 KiB by default; in-the-wild jailbreak prompts can be longer.
+_CSV_FIELD_LIMIT = 2**31 - 1
+
+
+def _file_bytes(path: Path, display: str) -> bytes:
+    """The file's bytes, decompressed when it is gzip (a truncated archive is an error, not a short file)."""
+    raw = path.read_bytes()
+    if not raw.startswith(_GZIP_MAGIC):
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(
+            display, f"not a readable gzip file ({exc}); it may be truncated or corrupt"
+        ) from exc
 
 
 def _decode(raw: bytes, display: str) -> str:
@@ -34,9 +53,11 @@ def _decode(raw: bytes, display: str) -> str:
 
 
 def read_csv(path: Path, display: str) -> tuple[list[str], Records]:
-    text = _decode(path.read_bytes(), display)
+    text = _decode(_file_bytes(path, display), display)
     if not text.strip():
         raise InputError(display, "file is empty")
+    if csv.field_size_limit() < _CSV_FIELD_LIMIT:
+        csv.field_size_limit(_CSV_FIELD_LIMIT)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader)
@@ -72,23 +93,28 @@ def read_csv(path: Path, display: str) -> tuple[list[str], Records]:
     return header, records
 
 
-def read_json(path: Path, display: str) -> tuple[list[str], Records]:
-    text = _decode(path.read_bytes(), display)
+def read_json_document(path: Path, display: str) -> Any:
+    """The parsed JSON document, whatever its shape (callers navigate nested layouts themselves)."""
+    text = _decode(_file_bytes(path, display), display)
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(
             display,
             f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}; the file may be truncated",
             row=f"line {exc.lineno}",
         ) from exc
+
+
+def read_json(path: Path, display: str) -> tuple[list[str], Records]:
+    data = read_json_document(path, display)
     if not isinstance(data, list):
         raise InputError(display, f"expected a JSON list of objects, got {type(data).__name__}")
-    return _records_from_objects(data, display)
+    return records_from_objects(data, display)
 
 
 def read_jsonl(path: Path, display: str) -> tuple[list[str], Records]:
-    text = _decode(path.read_bytes(), display)
+    text = _decode(_file_bytes(path, display), display)
     objects: list[tuple[int, Any]] = []
     for line_number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -124,14 +150,14 @@ def read_parquet(path: Path, display: str) -> tuple[list[str], Records]:
 
 def read_lines(path: Path, display: str) -> tuple[list[str], Records]:
     """One record per non-empty line, in a column called `text`."""
-    text = _decode(path.read_bytes(), display)
+    text = _decode(_file_bytes(path, display), display)
     records: Records = [
         (n, {"text": line}) for n, line in enumerate(text.splitlines(), start=1) if line.strip()
     ]
     return ["text"], records
 
 
-def _records_from_objects(data: list[Any], display: str) -> tuple[list[str], Records]:
+def records_from_objects(data: list[Any], display: str) -> tuple[list[str], Records]:
     columns: list[str] = []
     records: Records = []
     for index, obj in enumerate(data, start=1):

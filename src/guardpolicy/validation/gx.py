@@ -90,6 +90,8 @@ class SuiteResult:
 @lru_cache(maxsize=1)
 def _context() -> Any:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    # GX logs its own internals at INFO; our logs should say what was validated, not how GX parses config.
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 

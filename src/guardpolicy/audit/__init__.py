@@ -1,0 +1,1 @@
+"""The contamination audit: text normalisation, exact and near-duplicate overlap, splits, contamination."""

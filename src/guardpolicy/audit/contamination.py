@@ -1,0 +1,282 @@
+"""Contamination between the pool and the public benchmarks, decontaminated copies, and pool-internal leakage.
+
+Pure: frames in, numbers and masks out; `guardpolicy.stages.audit` reads and writes the files.
+
+Per benchmark the report counts prompts with an exact (normalised) match in the pool (`exact`), prompts with
+a near-duplicate but no exact match (`near_duplicate_only`) and either (`any_overlap` = the sum of the two),
+each against the whole pool and against each split (a prompt can match in several splits, so the per-split
+counts need not add up to the whole-pool count). Decontamination drops benchmark prompts that overlap the
+WHOLE pool, not only train: any pool prompt may end up in some model's training data (the splits are re-drawn
+with another seed, the teacher sees val), so a benchmark is clean only if the pool has never seen its prompts.
+The leakage check asks the same question inside the pool: does a val or calib prompt have a copy in train?
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from guardpolicy.audit.overlap import (
+    OverlapIndex,
+    PreparedTexts,
+    lsh_bands,
+    prepare_texts,
+    summarise_matches,
+)
+from guardpolicy.audit.splits import SPLITS
+from guardpolicy.config import AuditConfig
+
+log = logging.getLogger(__name__)
+
+EXAMPLE_COUNT = 5
+RATE_DIGITS = 6
+# The kinds of overlap the report counts, in reading order.
+OVERLAP_KINDS = ("exact", "near_duplicate_only", "any_overlap")
+
+
+@dataclass(frozen=True)
+class BenchmarkAudit:
+    """One benchmark's audit: the report entry, which rows its clean copy drops, and the per-row matches."""
+
+    numbers: dict
+    # shape (n,): True for a row the clean copy drops, aligned with the benchmark frame's rows.
+    drop: np.ndarray
+    matches: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class ContaminationResult:
+    report: dict
+    benchmarks: dict[str, BenchmarkAudit]
+
+
+def rate(count: int, total: int) -> float | None:
+    """count / total rounded for the report; None (JSON null) when there is nothing to divide by."""
+    return round(count / total, RATE_DIGITS) if total else None
+
+
+def overlap_counts(summary: pd.DataFrame) -> dict:
+    """exact / near_duplicate_only / any_overlap counts and rates from `summarise_matches` output."""
+    n = len(summary)
+    counts = {kind: int(summary[kind].sum()) for kind in OVERLAP_KINDS}
+    return {"n": n, **counts, **{f"{kind}_rate": rate(counts[kind], n) for kind in OVERLAP_KINDS}}
+
+
+def overlap_examples(summary: pd.DataFrame, count: int = EXAMPLE_COUNT) -> dict:
+    """The first `count` ids (sorted) of each overlap kind, with the pool id matched and the similarity."""
+    examples = {}
+    for kind in ("exact", "near_duplicate_only"):
+        chosen = summary[summary[kind]].sort_index().head(count)
+        examples[kind] = [
+            {"id": str(item_id), "pool_id": str(row.match_id), "similarity": round(float(row.similarity), 4)}
+            for item_id, row in chosen.iterrows()
+        ]
+    return examples
+
+
+def drop_mask(summary: pd.DataFrame, mode: str) -> np.ndarray:
+    """Rows a clean copy drops: exact matches (`exact`), or any overlap (`exact_and_near`)."""
+    if mode == "exact":
+        return summary["exact"].to_numpy(dtype=bool)
+    if mode == "exact_and_near":
+        return summary["any_overlap"].to_numpy(dtype=bool)
+    raise ValueError(f"unknown decontaminate mode {mode!r}; expected 'exact' or 'exact_and_near'")
+
+
+def decontaminate(benchmark: pd.DataFrame, summary: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """The benchmark without the rows that overlap the pool (per `mode`); same columns, original order."""
+    if len(benchmark) != len(summary):
+        raise ValueError(f"decontaminate: {len(benchmark)} benchmark rows but {len(summary)} summary rows")
+    return benchmark[~drop_mask(summary, mode)]
+
+
+def _split_numbers(pairs: pd.DataFrame, n: int, split_of: Mapping[str, str]) -> dict:
+    """Per split: how many queries have an exact match / only a near-duplicate / either, in that split."""
+    with_split = pairs.assign(split=pairs["corpus_id"].map(split_of))
+    numbers = {}
+    for split in SPLITS:
+        in_split = with_split[with_split["split"] == split]
+        exact_ids = set(in_split.loc[in_split["exact"], "query_id"])
+        any_ids = set(in_split["query_id"])
+        counts = {
+            "exact": len(exact_ids),
+            "near_duplicate_only": len(any_ids - exact_ids),
+            "any_overlap": len(any_ids),
+        }
+        numbers[split] = {**counts, **{f"{kind}_rate": rate(counts[kind], n) for kind in OVERLAP_KINDS}}
+    return numbers
+
+
+def audit_benchmark(
+    benchmark: pd.DataFrame,
+    index: OverlapIndex,
+    split_of: Mapping[str, str],
+    config: AuditConfig,
+    name: str = "benchmark",
+) -> BenchmarkAudit:
+    """Overlap of one benchmark (columns id, prompt) with the indexed pool; ids must be unique."""
+    ids = benchmark["id"].astype(str).tolist()
+    if len(set(ids)) != len(ids):
+        duplicated = sorted(pd.Series(ids)[pd.Series(ids).duplicated()].unique())
+        raise ValueError(f"{name}: duplicate benchmark id(s) {duplicated[:5]}")
+    queries = prepare_texts(
+        ids, benchmark["prompt"].tolist(), config.normalise, config.near_duplicate, label=name
+    )
+    pairs = index.query(queries, label=name)
+    summary = summarise_matches(pairs, ids)
+    drop = drop_mask(summary, config.decontaminate)
+    numbers = {
+        **overlap_counts(summary),
+        "by_split": _split_numbers(pairs, len(ids), split_of),
+        "dropped": int(drop.sum()),
+        "clean_n": int((~drop).sum()),
+        "examples": overlap_examples(summary),
+    }
+    return BenchmarkAudit(numbers=numbers, drop=drop, matches=summary)
+
+
+def _totals(per_benchmark: Mapping[str, dict]) -> dict:
+    n = sum(numbers["n"] for numbers in per_benchmark.values())
+    totals: dict = {"n": n, "benchmarks": len(per_benchmark)}
+    for kind in OVERLAP_KINDS:
+        totals[kind] = sum(numbers[kind] for numbers in per_benchmark.values())
+        totals[f"{kind}_rate"] = rate(totals[kind], n)
+    totals["by_split"] = {}
+    for split in SPLITS:
+        split_totals = {
+            kind: sum(numbers["by_split"][split][kind] for numbers in per_benchmark.values())
+            for kind in OVERLAP_KINDS
+        }
+        totals["by_split"][split] = {
+            **split_totals,
+            **{f"{kind}_rate": rate(split_totals[kind], n) for kind in OVERLAP_KINDS},
+        }
+    totals["dropped"] = sum(numbers["dropped"] for numbers in per_benchmark.values())
+    totals["clean_n"] = sum(numbers["clean_n"] for numbers in per_benchmark.values())
+    return totals
+
+
+def pool_leakage(prepared_pool: PreparedTexts, splits: Sequence[str], config: AuditConfig) -> dict:
+    """For val and calib: how many prompts have an exact or near-duplicate copy in train."""
+    split_array = np.asarray(splits, dtype=object)
+    train = prepared_pool.select(np.flatnonzero(split_array == "train"))
+    index = OverlapIndex(train, config.near_duplicate)
+    leakage = {}
+    for split in SPLITS[1:]:
+        queries = prepared_pool.select(np.flatnonzero(split_array == split))
+        summary = summarise_matches(index.query(queries, label=f"{split} vs train"), queries.ids)
+        leakage[split] = {**overlap_counts(summary), "examples": overlap_examples(summary)}
+    return leakage
+
+
+def audit_settings(config: AuditConfig) -> dict:
+    settings = dataclasses.asdict(config)
+    near = config.near_duplicate
+    if near.method == "minhash":
+        bands, rows = lsh_bands(near.threshold, near.num_perm)
+        settings["near_duplicate"]["lsh_bands"] = bands
+        settings["near_duplicate"]["lsh_rows"] = rows
+    settings["splits"]["stratify_by"] = list(config.splits.stratify_by)
+    return settings
+
+
+def audit_contamination(
+    pool: pd.DataFrame, benchmarks: Mapping[str, pd.DataFrame], config: AuditConfig
+) -> ContaminationResult:
+    """The whole audit: `pool` has columns id, prompt, split; each benchmark has id and prompt.
+
+    Returns the report (settings, per-benchmark numbers, totals, split sizes, leakage) and, per benchmark, the
+    rows its clean copy drops.
+    """
+    missing = [column for column in ("id", "prompt", "split") if column not in pool.columns]
+    if missing:
+        raise ValueError(f"audit_contamination: pool lacks column(s) {missing}")
+    pool_ids = pool["id"].astype(str).tolist()
+    prepared_pool = prepare_texts(
+        pool_ids, pool["prompt"].tolist(), config.normalise, config.near_duplicate, label="pool"
+    )
+    index = OverlapIndex(prepared_pool, config.near_duplicate)
+    split_of = dict(zip(pool_ids, pool["split"].astype(str), strict=True))
+    audits = {}
+    for name, frame in benchmarks.items():
+        audits[name] = audit_benchmark(frame, index, split_of, config, name=name)
+        numbers = audits[name].numbers
+        log.info(
+            "audit %s: %d prompts, %d exact, %d near-duplicate only, %d dropped",
+            name,
+            numbers["n"],
+            numbers["exact"],
+            numbers["near_duplicate_only"],
+            numbers["dropped"],
+        )
+    per_benchmark = {name: audit.numbers for name, audit in audits.items()}
+    split_sizes = pool["split"].astype(str).value_counts()
+    report = {
+        "settings": audit_settings(config),
+        "pool": {"n": len(pool)},
+        "splits": {split: int(split_sizes.get(split, 0)) for split in SPLITS},
+        "benchmarks": per_benchmark,
+        "totals": _totals(per_benchmark),
+        "leakage": pool_leakage(prepared_pool, pool["split"].astype(str).tolist(), config),
+    }
+    return ContaminationResult(report=report, benchmarks=audits)
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def contamination_markdown(report: Mapping) -> str:
+    """The report as readable Markdown tables (reports/contamination.md)."""
+    settings = report["settings"]
+    near = settings["near_duplicate"]
+    lines = [
+        "# Contamination audit",
+        "",
+        f"Pool: {report['pool']['n']} prompts; splits "
+        + ", ".join(f"{split} {report['splits'][split]}" for split in SPLITS)
+        + ".",
+        f"Near-duplicates: {near['method']}, Jaccard ≥ {near['threshold']} on {near['shingle']} "
+        f"{near['shingle_size']}-grams of the normalised text. Clean copies drop: "
+        f"`{settings['decontaminate']}` overlap with the whole pool.",
+        "",
+        "*exact*: the normalised prompt equals a pool prompt; *near only*: a near-duplicate but no exact"
+        " match; *any* = exact + near only. Per-split columns count overlap with that split alone.",
+        "",
+        "| benchmark | n | exact | near only | any | any in train | any in val | any in calib | dropped "
+        "| clean n |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def row(name: str, numbers: Mapping) -> str:
+        cells = [
+            name,
+            str(numbers["n"]),
+            *(f"{numbers[kind]} ({_percent(numbers[f'{kind}_rate'])})" for kind in OVERLAP_KINDS),
+            *(str(numbers["by_split"][split]["any_overlap"]) for split in SPLITS),
+            str(numbers["dropped"]),
+            str(numbers["clean_n"]),
+        ]
+        return "| " + " | ".join(cells) + " |"
+
+    for name, numbers in report["benchmarks"].items():
+        lines.append(row(name, numbers))
+    lines.append(row("**total**", report["totals"]))
+    lines += [
+        "",
+        "## Leakage inside the pool (copies of val / calib prompts in train)",
+        "",
+        "| split | n | exact | near only | any |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for split, numbers in report["leakage"].items():
+        cells = [split, str(numbers["n"])] + [
+            f"{numbers[kind]} ({_percent(numbers[f'{kind}_rate'])})" for kind in OVERLAP_KINDS
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,467 @@
+"""The `committee` labeler: several LLM judges behind an OpenAI-compatible chat-completions endpoint.
+
+Cascaded binary rounds, each asked `samples` times of every judge (seed = sample index):
+
+    unsafe    is the prompt unsafe under this policy?          yes -> compound round, no -> boundary round
+    compound  packaged with a benign task / jailbreak wrapper?  yes -> COMPOUND,       no -> HARMFUL
+    boundary  sensitive or borderline rather than everyday?     yes -> BOUNDARY_SAFE,  no -> GENERIC_SAFE
+
+The committee's answer in a round is the majority over all judge x sample votes; a tie answers "no" (a claim
+needs a strict majority, so a split committee does not escalate a prompt to the more severe / more specific
+class). An answer is parsed tolerantly (a leading yes/no word, any case or punctuation, or JSON
+`{"answer": ...}`); anything else is garbage and the judge is re-asked (up to `max_retries` times), then the
+vote is an abstention. An item with no valid vote in a round is an error. Fleiss' kappa among judges (a
+judge's rating = the majority of its own samples) is reported per round.
+
+Answers are cached on disk, one JSON file per key, so a rerun makes no HTTP call. The key is the sha256 of
+the model, round, sample index, temperature, the system prompt (policy question and definition, class
+definitions), the round question and the prompt. Pillars and spans of a committee label are those the
+policy's rules would give the row for the chosen class (`rules.pillars_for_class`; spans for unsafe classes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import requests
+from tqdm import tqdm
+
+from guardpolicy.config import CommitteeConfig
+from guardpolicy.errors import GuardpolicyError
+from guardpolicy.io import read_json, write_json
+from guardpolicy.labeling.base import Decision, Labeler, PoolRow
+from guardpolicy.labeling.kappa import fleiss_kappa
+from guardpolicy.labeling.policy import Policy
+from guardpolicy.labeling.rules import pillars_for_class
+from guardpolicy.taxonomy import Taxonomy
+
+log = logging.getLogger(__name__)
+
+YES, NO = "yes", "no"
+ROUND_UNSAFE, ROUND_COMPOUND, ROUND_BOUNDARY = "unsafe", "compound", "boundary"
+ROUNDS = (ROUND_UNSAFE, ROUND_COMPOUND, ROUND_BOUNDARY)
+ROUND_QUESTIONS = {
+    ROUND_UNSAFE: "Under this policy, is the prompt below unsafe (HARMFUL or COMPOUND)?",
+    ROUND_COMPOUND: (
+        "The prompt below was judged unsafe under this policy. Is its harmful request packaged with "
+        "something else, such as a benign task or a jailbreak / role-play wrapper (COMPOUND), rather than "
+        "asked on its own (HARMFUL)?"
+    ),
+    ROUND_BOUNDARY: (
+        "The prompt below was judged safe under this policy. Does it touch a sensitive subject, or is it "
+        "rude or close to the line, although a helpful answer does no harm (BOUNDARY_SAFE), rather than "
+        "being an everyday request (GENERIC_SAFE)?"
+    ),
+}
+# The class a round's committee answer leads to (the unsafe round leads to another round instead).
+ROUND_CLASSES = {
+    ROUND_COMPOUND: {YES: "COMPOUND", NO: "HARMFUL"},
+    ROUND_BOUNDARY: {YES: "BOUNDARY_SAFE", NO: "GENERIC_SAFE"},
+}
+TIE_RULE = "a round answers yes only with strictly more yes than no votes; a tie (or no majority) is no"
+ANSWER_INSTRUCTION = "Answer with exactly one word: yes or no."
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_BACKOFF_S = 60.0
+SUBMIT_CHUNK_PER_WORKER = 64
+_LEADING_WORD = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
+
+
+class CommitteeError(GuardpolicyError):
+    """The committee could not produce a label: an endpoint refused, or an item got no valid vote."""
+
+
+# ------------------------------------------------------------------------------------------ pure pieces
+
+
+def system_prompt(policy: Policy, taxonomy: Taxonomy) -> str:
+    classes = "\n".join(f"- {name}: {text}" for name, text in taxonomy.coarse_definitions.items())
+    return (
+        "You are one judge on a content-policy review committee. You judge a single user prompt under the "
+        "policy below; you do not answer the prompt.\n\n"
+        f"Policy question: {policy.question}\n"
+        f"Policy definition: {policy.definition}\n\n"
+        f"The classes a prompt falls into under this policy:\n{classes}\n\n"
+        f"{ANSWER_INSTRUCTION}"
+    )
+
+
+def user_prompt(round_name: str, prompt: str) -> str:
+    return f"{ROUND_QUESTIONS[round_name]}\n\nPrompt to judge:\n<<<\n{prompt}\n>>>"
+
+
+def parse_answer(text: str | None) -> str | None:
+    """'yes' / 'no' from a judge's reply, or None for garbage."""
+    if not isinstance(text, str):
+        return None
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            payload = json.loads(stripped)
+        except json.JSONDecodeError:
+            return None
+        answer = payload.get("answer") if isinstance(payload, dict) else None
+        if isinstance(answer, bool):
+            return YES if answer else NO
+        return (
+            parse_answer(answer) if isinstance(answer, str) and not answer.strip().startswith("{") else None
+        )
+    match = _LEADING_WORD.match(stripped)
+    return match.group(1).lower() if match else None
+
+
+def committee_says_yes(yes_votes: int, no_votes: int) -> bool:
+    """The tie rule: yes needs a strict majority of the valid votes."""
+    return yes_votes > no_votes
+
+
+def cache_key(model: str, round_name: str, sample: int, temperature: float, system: str, prompt: str) -> str:
+    material = json.dumps(
+        [model, round_name, ROUND_QUESTIONS[round_name], sample, temperature, system, prompt],
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def judge_ratings(votes: dict[str, list[str | None]], models: Sequence[str]) -> list[int]:
+    """One item's [yes, no] judge counts for Fleiss' kappa; a judge rates by the majority of its samples.
+
+    A judge with no valid sample for the item does not rate it.
+    """
+    ratings = [0, 0]
+    for model in models:
+        valid = [v for v in votes.get(model, []) if v is not None]
+        if valid:
+            ratings[0 if committee_says_yes(valid.count(YES), valid.count(NO)) else 1] += 1
+    return ratings
+
+
+# ------------------------------------------------------------------------------------------------- I/O
+
+
+class AnswerCache:
+    """One JSON file per key (`<dir>/<key[:2]>/<key>.json`), written atomically, so threads never collide."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        path = self._path(key)
+        if not path.is_file():
+            return None
+        try:
+            record = read_json(path)
+        except (OSError, json.JSONDecodeError):
+            log.warning("committee cache: unreadable entry %s, asking again", path)
+            return None
+        return record if isinstance(record, dict) and "answer" in record else None
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        write_json(self._path(key), record)
+
+
+class ChatClient:
+    """POST {base_url}/chat/completions; retries 429 / 5xx / connection errors with exponential backoff."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float,
+        max_retries: int,
+        api_key: str | None = None,
+        backoff_s: float = 1.0,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self._local = threading.local()
+        self._count_lock = threading.Lock()
+        # Every POST sent, retries included (a report statistic; a cached rerun sends none).
+        self.requests_sent = 0
+
+    def _session(self) -> requests.Session:
+        # requests.Session is not documented as thread-safe: one per worker thread, reused across calls.
+        if not hasattr(self._local, "session"):
+            self._local.session = requests.Session()
+        return self._local.session
+
+    def _wait(self, attempt: int, response: requests.Response | None) -> None:
+        delay = self.backoff_s * 2**attempt
+        retry_after = response.headers.get("Retry-After") if response is not None else None
+        if retry_after and retry_after.replace(".", "", 1).isdigit():
+            delay = float(retry_after)
+        time.sleep(min(delay, MAX_BACKOFF_S))
+
+    def complete(
+        self, model: str, messages: list[dict[str, str]], *, temperature: float, max_tokens: int, seed: int
+    ) -> str | None:
+        """The assistant's reply text, or None when the response has none (counted as garbage)."""
+        body = {
+            "model": model,
+            "messages": messages,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "seed": seed,
+        }
+        problem = ""
+        for attempt in range(self.max_retries + 1):
+            response = None
+            with self._count_lock:
+                self.requests_sent += 1
+            try:
+                response = self._session().post(
+                    self.url, json=body, headers=self.headers, timeout=self.timeout_s
+                )
+            except requests.RequestException as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    return _reply_text(response)
+                problem = f"HTTP {response.status_code}: {response.text[:200]!r}"
+                if response.status_code not in RETRY_STATUSES:
+                    raise CommitteeError(f"judge {model!r} at {self.url}: {problem}")
+            if attempt < self.max_retries:
+                log.warning("judge %s: %s; retry %d/%d", model, problem, attempt + 1, self.max_retries)
+                self._wait(attempt, response)
+        raise CommitteeError(f"judge {model!r} at {self.url}: {problem} after {self.max_retries} retries")
+
+
+def _reply_text(response: requests.Response) -> str | None:
+    try:
+        content = response.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return content if isinstance(content, str) else None
+
+
+@dataclass(frozen=True)
+class _Task:
+    round_name: str
+    item: int
+    model: str
+    sample: int
+
+
+class CommitteeLabeler(Labeler):
+    kind = "committee"
+
+    def __init__(
+        self,
+        policy: Policy,
+        taxonomy: Taxonomy,
+        version: str,
+        config: CommitteeConfig,
+        *,
+        backoff_s: float = 1.0,
+    ) -> None:
+        super().__init__(policy, taxonomy, version)
+        self.config = config
+        api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self.client = ChatClient(
+            config.base_url,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            api_key=api_key,
+            backoff_s=backoff_s,
+        )
+        self.cache = AnswerCache(config.cache_dir)
+        self.system = system_prompt(policy, taxonomy)
+
+    def _ask(self, task: _Task, prompt: str) -> tuple[dict[str, Any], bool]:
+        """(answer record, came from the cache). Garbage is re-asked with a reminder, then abstains."""
+        key = cache_key(
+            task.model, task.round_name, task.sample, self.config.temperature, self.system, prompt
+        )
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached, True
+        messages = [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": user_prompt(task.round_name, prompt)},
+        ]
+        replies: list[str | None] = []
+        answer = None
+        for _ in range(self.config.max_retries + 1):
+            reply = self.client.complete(
+                task.model,
+                messages,
+                temperature=self.config.temperature,
+                max_tokens=self.config.max_tokens,
+                seed=task.sample,
+            )
+            replies.append(reply)
+            answer = parse_answer(reply)
+            if answer is not None:
+                break
+            # With a fixed seed the same request would give the same garbage; the reminder changes it.
+            messages = [
+                *messages,
+                {"role": "assistant", "content": reply or ""},
+                {"role": "user", "content": ANSWER_INSTRUCTION},
+            ]
+        record = {
+            "answer": answer,
+            "garbage": sum(parse_answer(r) is None for r in replies),
+            "calls": len(replies),
+            "replies": replies,
+        }
+        self.cache.put(key, record)
+        return record, False
+
+    def _run(self, tasks: list[_Task], rows: Sequence[PoolRow], label: str) -> dict[_Task, tuple[dict, bool]]:
+        results: dict[_Task, tuple[dict, bool]] = {}
+        if not tasks:
+            return results
+        # Submitted in chunks: a full pool is ~10^6 answers, too many futures to hold at once.
+        chunk = self.config.concurrency * SUBMIT_CHUNK_PER_WORKER
+        executor = ThreadPoolExecutor(max_workers=self.config.concurrency)
+        try:
+            with tqdm(total=len(tasks), desc=label, unit="answer") as bar:
+                for start in range(0, len(tasks), chunk):
+                    futures = {
+                        executor.submit(self._ask, task, rows[task.item].prompt): task
+                        for task in tasks[start : start + chunk]
+                    }
+                    for future in as_completed(futures):
+                        results[futures[future]] = future.result()
+                        bar.update()
+        finally:
+            # On an error, stop asking: queued calls are cancelled rather than spent.
+            executor.shutdown(wait=True, cancel_futures=True)
+        return results
+
+    def decide(
+        self, rows: Sequence[PoolRow], pool: pd.DataFrame, pool_file: str
+    ) -> tuple[list[Decision], dict[str, Any]]:
+        models = self.config.models
+        samples = range(self.config.samples)
+        votes: dict[str, dict[int, dict[str, list[str | None]]]] = {r: {} for r in ROUNDS}
+        stats = {"cache_hits": 0}
+        requests_before = self.client.requests_sent
+        judges = {m: Counter({"answers": 0, "garbage": 0, "abstentions": 0}) for m in models}
+
+        def run_round(round_items: dict[str, list[int]]) -> None:
+            tasks = [
+                _Task(round_name, item, model, sample)
+                for round_name, items in round_items.items()
+                for item in items
+                for model in models
+                for sample in samples
+            ]
+            names = "+".join(f"{r}({len(i)})" for r, i in round_items.items())
+            log.info(
+                "committee %s: rounds %s, %d answers from %d judges x %d samples",
+                self.policy.name,
+                names,
+                len(tasks),
+                len(models),
+                len(samples),
+            )
+            results = self._run(tasks, rows, f"committee {self.policy.name} {names}")
+            for task in tasks:  # task order, not completion order, so the outcome is deterministic
+                record, from_cache = results[task]
+                stats["cache_hits"] += from_cache
+                judge = judges[task.model]
+                judge["answers"] += 1
+                judge["garbage"] += record["garbage"]
+                judge["abstentions"] += record["answer"] is None
+                item_votes = votes[task.round_name].setdefault(task.item, {})
+                item_votes.setdefault(task.model, [None] * len(samples))[task.sample] = record["answer"]
+            for round_name, items in round_items.items():
+                self._require_votes(round_name, items, votes[round_name], rows)
+
+        run_round({ROUND_UNSAFE: list(range(len(rows)))})
+        unsafe = {i: self._says_yes(votes[ROUND_UNSAFE][i]) for i in range(len(rows))}
+        run_round(
+            {
+                ROUND_COMPOUND: [i for i in range(len(rows)) if unsafe[i]],
+                ROUND_BOUNDARY: [i for i in range(len(rows)) if not unsafe[i]],
+            }
+        )
+        decisions = []
+        for i, row in enumerate(rows):
+            second = ROUND_COMPOUND if unsafe[i] else ROUND_BOUNDARY
+            coarse = ROUND_CLASSES[second][YES if self._says_yes(votes[second][i]) else NO]
+            tally = f"{_tally(ROUND_UNSAFE, votes[ROUND_UNSAFE][i])}; {_tally(second, votes[second][i])}"
+            decisions.append(
+                Decision(coarse=coarse, pillars=pillars_for_class(self.policy, row, coarse), rule=tally)
+            )
+        stats["http_requests"] = self.client.requests_sent - requests_before
+        return decisions, {"committee": self._report(votes, judges, stats)}
+
+    @staticmethod
+    def _says_yes(item_votes: dict[str, list[str | None]]) -> bool:
+        flat = [v for answers in item_votes.values() for v in answers]
+        return committee_says_yes(flat.count(YES), flat.count(NO))
+
+    def _require_votes(
+        self, round_name: str, items: list[int], round_votes: dict[int, dict], rows: Sequence[PoolRow]
+    ) -> None:
+        empty = [
+            rows[i].id
+            for i in items
+            if all(v is None for answers in round_votes[i].values() for v in answers)
+        ]
+        if empty:
+            raise CommitteeError(
+                f"policy {self.policy.name}, round '{round_name}': no valid vote for {len(empty)} item(s), "
+                f"e.g. id {empty[0]} (others: {empty[1:5]}); every judge of {list(self.config.models)} gave "
+                f"unparseable answers after {self.config.max_retries} re-ask(s)"
+            )
+
+    def _report(
+        self, votes: dict[str, dict[int, dict]], judges: dict[str, Counter], stats: dict[str, int]
+    ) -> dict[str, Any]:
+        rounds = {}
+        for round_name in ROUNDS:
+            items = votes[round_name]
+            ratings = np.array(
+                [judge_ratings(items[i], self.config.models) for i in sorted(items)], dtype=int
+            ).reshape(-1, 2)  # (n_items, 2): judges rating yes / no
+            flat = [
+                [v for answers in items[i].values() for v in answers if v is not None] for i in sorted(items)
+            ]
+            kappa = fleiss_kappa(ratings)
+            rounds[round_name] = {
+                "items": len(items),
+                "yes": sum(committee_says_yes(f.count(YES), f.count(NO)) for f in flat),
+                "ties": sum(f.count(YES) == f.count(NO) for f in flat),
+                "fleiss_kappa": None if kappa is None else round(kappa, 6),
+                "kappa_items": int((ratings.sum(axis=1) >= 2).sum()),
+            }
+        return {
+            "models": list(self.config.models),
+            "samples": self.config.samples,
+            "temperature": self.config.temperature,
+            "tie_rule": TIE_RULE,
+            "rounds": rounds,
+            "judges": {model: dict(sorted(counter.items())) for model, counter in judges.items()},
+            "http_requests": stats["http_requests"],
+            "cache_hits": stats["cache_hits"],
+        }
+
+
+def _tally(round_name: str, item_votes: dict[str, list[str | None]]) -> str:
+    flat = [v for answers in item_votes.values() for v in answers]
+    return f"{round_name} yes={flat.count(YES)} no={flat.count(NO)} abstain={flat.count(None)}"

@@ -1,0 +1,1 @@
+"""The prompt pool: source registry, loaders, generated cells, merge and sampling (stage `pool`)."""

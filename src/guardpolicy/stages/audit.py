@@ -1,0 +1,222 @@
+"""Stage audit: contamination between the pool and every benchmark, clean benchmark copies, and the splits.
+
+Reads params `audit` and the policy names (`policies`), the pool, each policy's labels and every registry
+benchmark; writes data/splits/{train,val,calib}.parquet, data/benchmarks_clean/<name>.parquet (the directory
+is rewritten whole, so a benchmark removed from the registry leaves no stale copy), reports/contamination.json
+(a DVC metric) and reports/contamination.md. The computing is in `guardpolicy.audit`; this module does the
+I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from guardpolicy.audit.contamination import audit_contamination, contamination_markdown
+from guardpolicy.audit.splits import SPLITS, assign_splits, coarse_column, strata_columns
+from guardpolicy.config import load_params
+from guardpolicy.data.registry import load_registry
+from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.io import write_json, write_parquet, write_text
+
+log = logging.getLogger(__name__)
+
+POOL_FILE = "data/pool/pool.parquet"
+LABELS_DIR = "data/labels"
+BENCHMARKS_DIR = "data/benchmarks"
+REGISTRY_FILE = "data/benchmarks.yaml"
+SPLITS_DIR = "data/splits"
+CLEAN_DIR = "data/benchmarks_clean"
+REPORT_FILE = "reports/contamination.json"
+
+
+def _read_parquet(path: Path, what: str, columns: tuple[str, ...]) -> pa.Table:
+    if not path.is_file():
+        raise InputError(path, f"missing; run `dvc repro {what}` first")
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(path, f"not a readable parquet file: {exc}") from exc
+    for column in columns:
+        if column not in table.column_names:
+            raise InputError(
+                path, f"required column is missing (have {table.column_names})", row="header", field=column
+            )
+    return table
+
+
+def _check_ids(frame: pd.DataFrame, path: Path, text_column: str | None = None) -> None:
+    """Ids must be present and unique, and the text column (if named) non-empty; rows are 1-based."""
+    for column in ("id",) + ((text_column,) if text_column else ()):
+        values = frame[column]
+        bad = values.isna() | (values.astype(str).str.strip() == "")
+        if bad.any():
+            raise InputError(
+                path, "empty or missing value", row=int(bad.to_numpy().argmax()) + 1, field=column
+            )
+    duplicated = frame["id"].duplicated()
+    if duplicated.any():
+        row = int(duplicated.to_numpy().argmax())
+        raise InputError(path, f"duplicate id {frame['id'].iloc[row]!r}", row=row + 1, field="id")
+
+
+def read_pool(pool_file: str | Path) -> pd.DataFrame:
+    path = Path(pool_file)
+    table = _read_parquet(path, "pool", ("id", "prompt", "source"))
+    pool = table.select(["id", "prompt", "source"]).to_pandas()
+    _check_ids(pool, path, text_column="prompt")
+    return pool
+
+
+def join_labels(
+    pool: pd.DataFrame, policies: list[str], labels_dir: str | Path, pool_file: str
+) -> pd.DataFrame:
+    """The pool with one `coarse_<policy>` column per policy; each label file must cover exactly the pool."""
+    joined = pool.copy()
+    pool_ids = set(pool["id"])
+    for policy in policies:
+        path = Path(labels_dir) / f"{policy}.parquet"
+        labels = _read_parquet(path, f"label@{policy}", ("id", "coarse")).select(["id", "coarse"]).to_pandas()
+        _check_ids(labels, path)
+        missing_coarse = labels["coarse"].isna()
+        if missing_coarse.any():
+            raise InputError(
+                path, "missing label", row=int(missing_coarse.to_numpy().argmax()) + 1, field="coarse"
+            )
+        foreign = ~labels["id"].isin(pool_ids)
+        if foreign.any():
+            row = int(foreign.to_numpy().argmax())
+            raise InputError(
+                path,
+                f"id {labels['id'].iloc[row]!r} is not in the pool {pool_file}; "
+                f"re-run `dvc repro label@{policy}`",
+                row=row + 1,
+                field="id",
+            )
+        unlabelled = sorted(pool_ids - set(labels["id"]))
+        if unlabelled:
+            raise InputError(
+                path,
+                f"{len(unlabelled)} pool id(s) of {pool_file} have no label (e.g. {unlabelled[:3]}); "
+                f"re-run `dvc repro label@{policy}`",
+                field="id",
+            )
+        coarse = labels.set_index("id")["coarse"].astype(str)
+        joined[coarse_column(policy)] = joined["id"].map(coarse)
+    return joined
+
+
+def read_benchmarks(registry_file: str | Path, benchmarks_dir: str | Path) -> dict[str, pa.Table]:
+    """Every registry benchmark as fetched (an absent one is an empty table with the full schema)."""
+    tables = {}
+    for name in load_registry(registry_file):
+        path = Path(benchmarks_dir) / f"{name}.parquet"
+        table = _read_parquet(path, f"fetch@{name}", ("id", "prompt"))
+        _check_ids(table.select(["id", "prompt"]).to_pandas(), path, text_column="prompt")
+        tables[name] = table
+    return tables
+
+
+def split_table(frame: pd.DataFrame, policies: list[str]) -> pa.Table:
+    columns = ["id", "split", "source"] + [coarse_column(policy) for policy in policies]
+    ordered = frame.sort_values("id", kind="stable")[columns]
+    schema = pa.schema([(column, pa.string()) for column in columns])
+    return pa.Table.from_pandas(ordered, schema=schema, preserve_index=False)
+
+
+def replace_directory(target: str | Path, tables: Mapping[str, pa.Table]) -> None:
+    """Write `<name>.parquet` for every table into a fresh directory and swap it in for `target`.
+
+    Files of benchmarks no longer in the registry vanish with the old directory; a failure part-way leaves the
+    old directory untouched.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    retired = target.with_name(f".{target.name}.old-{os.getpid()}")
+    try:
+        staging.chmod(0o755)
+        for name, table in tables.items():
+            write_parquet(staging / f"{name}.parquet", table)
+        if target.exists():
+            target.rename(retired)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def audit(
+    params_file: str = "params.yaml",
+    pool_file: str = POOL_FILE,
+    labels_dir: str = LABELS_DIR,
+    benchmarks_dir: str = BENCHMARKS_DIR,
+    registry_file: str = REGISTRY_FILE,
+    splits_dir: str = SPLITS_DIR,
+    clean_dir: str = CLEAN_DIR,
+    report: str = REPORT_FILE,
+) -> dict:
+    """Run the audit; returns the report written to `report` (and its Markdown twin beside it)."""
+    started = time.perf_counter()
+    params = load_params(params_file)
+    config = params.audit
+    policies = list(params.policies)
+    unknown = [policy for policy in config.splits.stratify_by if policy not in params.policies]
+    if unknown:
+        raise ConfigError(
+            f"{params_file}: audit.splits.stratify_by: unknown polic(ies) {unknown}; defined: {policies}"
+        )
+    pool = join_labels(read_pool(pool_file), policies, labels_dir, pool_file)
+    tables = read_benchmarks(registry_file, benchmarks_dir)
+    log.info(
+        "audit: pool %s (%d prompts), labels of %s, %d benchmarks (%d prompts)",
+        pool_file,
+        len(pool),
+        policies,
+        len(tables),
+        sum(table.num_rows for table in tables.values()),
+    )
+
+    pool["split"] = assign_splits(pool, config.splits)
+    strata = pool[strata_columns(config.splits)].drop_duplicates()
+    log.info("audit: %d strata; %s", len(strata), pool["split"].value_counts().to_dict())
+
+    benchmarks = {name: table.select(["id", "prompt"]).to_pandas() for name, table in tables.items()}
+    result = audit_contamination(pool[["id", "prompt", "split"]], benchmarks, config)
+    payload = result.report
+    payload["strata"] = len(strata)
+    payload["settings"]["policies"] = policies
+
+    for split in SPLITS:
+        write_parquet(
+            Path(splits_dir) / f"{split}.parquet", split_table(pool[pool["split"] == split], policies)
+        )
+    clean_tables = {
+        name: table.filter(pa.array(~result.benchmarks[name].drop, type=pa.bool_()))
+        for name, table in tables.items()
+    }
+    replace_directory(clean_dir, clean_tables)
+    write_json(report, payload)
+    write_text(Path(report).with_suffix(".md"), contamination_markdown(payload))
+    totals = payload["totals"]
+    log.info(
+        "audit: %d benchmark prompts, %d exact, %d near-duplicate only, %d dropped -> %s, %s, %s (%.1f s)",
+        totals["n"],
+        totals["exact"],
+        totals["near_duplicate_only"],
+        totals["dropped"],
+        splits_dir,
+        clean_dir,
+        report,
+        time.perf_counter() - started,
+    )
+    return payload

@@ -1,0 +1,97 @@
+"""label@<policy>: one policy applied to the prompt pool -> data/labels/<policy>.parquet + its report.
+
+Reads params `policies.<policy>` (the policy file and the labeler applying it), the taxonomy and the pool;
+writes the label frame of docs/data-contracts.md ("Labels") and reports/labels/<policy>.json (class, pillar
+and rule counts, labeler, policy_version and, for the committee, agreement and call statistics).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from guardpolicy.config import load_params
+from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.io import sha256_file, write_json, write_parquet
+from guardpolicy.labeling import label_summary, label_table, load_policy, make_labeler
+from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+
+log = logging.getLogger(__name__)
+
+POOL_FILE = "data/pool/pool.parquet"
+LABEL_DIR = "data/labels"
+REPORT_DIR = "reports/labels"
+
+
+def label(
+    policy: str,
+    params_file: str = "params.yaml",
+    pool_file: str = POOL_FILE,
+    out_dir: str | Path = LABEL_DIR,
+    report_dir: str | Path = REPORT_DIR,
+    taxonomy_file: str = TAXONOMY_FILE,
+) -> dict[str, Any]:
+    """Label the pool under `policy`; write `<out_dir>/<policy>.parquet` and `<report_dir>/<policy>.json`."""
+    params = load_params(params_file)
+    if policy not in params.policies:
+        raise ConfigError(
+            f"{params_file}: policies.{policy}: unknown policy; known: {sorted(params.policies)}"
+        )
+    policy_params = params.policies[policy]
+    taxonomy = load_taxonomy(taxonomy_file)
+    policy_spec = load_policy(policy_params.file, taxonomy)
+    if policy_spec.name != policy:
+        raise ConfigError(
+            f"{params_file}: policies.{policy}.file: {policy_params.file} is policy {policy_spec.name!r}"
+        )
+    if not Path(pool_file).is_file():
+        raise InputError(pool_file, "pool file not found; run `dvc repro pool` first")
+    pool = pd.read_parquet(pool_file)
+    labeler = make_labeler(policy_params, policy_spec, taxonomy)
+    log.info(
+        "label %s: %s labeler, version %s, on %s (%d rows)",
+        policy,
+        labeler.kind,
+        labeler.version,
+        pool_file,
+        len(pool),
+    )
+    result = labeler.label(pool, pool_file=pool_file)
+
+    out_path = Path(out_dir) / f"{policy}.parquet"
+    write_parquet(out_path, label_table(result.frame, taxonomy))
+    report = {
+        "policy": policy,
+        "policy_file": str(policy_params.file),
+        "policy_version": labeler.version,
+        "labeler": labeler.kind,
+        "pool_sha256": sha256_file(pool_file),
+        **label_summary(result.frame, taxonomy),
+        **result.report,
+    }
+    write_json(Path(report_dir) / f"{policy}.json", _without_run_costs(report))
+    log.info(
+        "label %s: %d rows -> %s; classes %s", policy, len(result.frame), out_path, report["class_counts"]
+    )
+    return report
+
+
+def _without_run_costs(report: dict[str, Any]) -> dict[str, Any]:
+    """The metric file without what differs between a first run and a cached rerun (logged instead).
+
+    The labels are identical either way; only the number of HTTP calls and cache hits changes, and a metric
+    that moves on a no-op rerun would show up in `dvc metrics diff` as a change that is not one.
+    """
+    if "committee" not in report:
+        return report
+    committee = dict(report["committee"])
+    log.info(
+        "committee %s: %s HTTP request(s), %s cached answer(s)",
+        report["policy"],
+        committee.pop("http_requests", None),
+        committee.pop("cache_hits", None),
+    )
+    return {**report, "committee": committee}

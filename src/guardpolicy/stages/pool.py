@@ -1,0 +1,171 @@
+"""Stage `pool`: the declared sources of data/pool.yaml -> data/pool/pool.parquet (+ reports/pool.json).
+
+Reads params `profile`, `profiles.<profile>.pool_size`, `pool.*` (sources_file, seed, max_prompt_chars) and
+`data.*` (mirror_dir, allow_download, download_timeout_s). Public files come from the mirror (or their pinned
+URL); a public file that cannot be had is recorded as missing and the pool is built from the rest. The user's
+own files are read strictly. Generated cells are made from their declarations and the loaded prompts.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+from guardpolicy.config import load_params
+from guardpolicy.errors import InputError
+from guardpolicy.io import write_json, write_parquet
+from guardpolicy.pool.build import (
+    SourceOutcome,
+    merge_duplicates,
+    pool_report,
+    pool_table,
+    sample,
+    split_too_long,
+)
+from guardpolicy.pool.generate import compose, generate_from_templates
+from guardpolicy.pool.loaders import IMPORT_PREFIX, LoadCounts, acquire_files, load_source
+from guardpolicy.pool.registry import PoolSource, load_pool_registry
+from guardpolicy.pool.rows import Candidate
+from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+
+log = logging.getLogger(__name__)
+
+POOL_FILE = Path("data/pool/pool.parquet")
+REPORT_FILE = Path("reports/pool.json")
+
+
+def _skipped(counts: LoadCounts) -> dict[str, int]:
+    return {
+        "rows_read": counts.rows_read,
+        "filtered_out": counts.filtered_out,
+        "empty_prompt": counts.empty_prompt,
+        "no_matching_fact_rule": counts.no_matching_fact_rule,
+    }
+
+
+def _load_files(
+    source: PoolSource, *, mirror: Path, allow_download: bool, timeout_s: float, work_dir: Path, root: Path
+) -> tuple[list[Candidate], SourceOutcome]:
+    outcome = SourceOutcome(kind=source.kind, weight=source.weight, cap=source.cap)
+    files, missing = acquire_files(
+        source,
+        mirror_dir=mirror,
+        allow_download=allow_download,
+        timeout_s=timeout_s,
+        work_dir=work_dir / source.name,
+        root=root,
+    )
+    for file_name, reason in missing.items():
+        log.warning("pool source %s: file %s missing: %s", source.name, file_name, reason)
+    candidates, counts = load_source(source, files)
+    outcome.missing_files = missing
+    outcome.skipped = _skipped(counts)
+    outcome.candidates = len(candidates)
+    return candidates, outcome
+
+
+def build(
+    params_file: str = "params.yaml",
+    out: str | Path = POOL_FILE,
+    report: str | Path = REPORT_FILE,
+    taxonomy_file: str = TAXONOMY_FILE,
+) -> dict:
+    """Load, generate, merge, sample and write the pool; return the report."""
+    params = load_params(params_file)
+    pool_params = params.pool
+    pool_size = params.active.pool_size
+    taxonomy = load_taxonomy(taxonomy_file)
+    registry = load_pool_registry(pool_params.sources_file, taxonomy)
+    mirror = Path(params.data.mirror_dir)
+    root = Path.cwd()
+    log.info(
+        "pool: %d sources from %s, profile %s (pool_size %d), mirror %s (%s), downloads %s",
+        len(registry),
+        pool_params.sources_file,
+        params.profile,
+        pool_size,
+        mirror,
+        "present" if mirror.is_dir() else "absent",
+        "on" if params.data.allow_download else "off",
+    )
+
+    loaded: dict[str, list[Candidate]] = {}
+    outcomes: dict[str, SourceOutcome] = {}
+    with tempfile.TemporaryDirectory(prefix="guardpolicy-pool-") as tmp:
+        readable = [s for s in registry.values() if not s.is_generated]
+        for source in tqdm(readable, desc="pool sources", unit="source", leave=False):
+            loaded[source.name], outcomes[source.name] = _load_files(
+                source,
+                mirror=mirror,
+                allow_download=params.data.allow_download,
+                timeout_s=params.data.download_timeout_s,
+                work_dir=Path(tmp),
+                root=root,
+            )
+            log.info("pool source %s: %d prompts", source.name, outcomes[source.name].candidates)
+    for source in registry.values():
+        if not source.is_generated:
+            continue
+        outcome = SourceOutcome(kind=source.kind, weight=source.weight, cap=source.cap)
+        if source.templates is not None:
+            loaded[source.name] = generate_from_templates(source, source.templates)
+        else:
+            assert source.compose is not None
+            loaded[source.name], outcome.reason = compose(source, source.compose, loaded, pool_params.seed)
+        outcome.candidates = len(loaded[source.name])
+        outcomes[source.name] = outcome
+        log.info("pool cell %s: %d prompts generated", source.name, outcome.candidates)
+    # Registry order, so that the report and the merge attribution follow the declaration.
+    outcomes = {name: outcomes[name] for name in registry}
+
+    candidates = [c for name in registry for c in loaded[name]]
+    if not candidates:
+        reasons = "; ".join(f"{n}: {o.reason or o.missing_files}" for n, o in outcomes.items())
+        raise InputError(pool_params.sources_file, f"no pool source gave any prompt ({reasons})")
+    merged = merge_duplicates(candidates, list(registry))
+    eligible, too_long = split_too_long(merged, pool_params.max_prompt_chars)
+    selected, quotas = sample(
+        eligible,
+        pool_size,
+        weights={name: s.weight for name, s in registry.items()},
+        caps={name: s.cap for name, s in registry.items()},
+        source_order=list(registry),
+        seed=pool_params.seed,
+    )
+    import_columns = sorted(
+        {f"{IMPORT_PREFIX}{label}" for s in registry.values() if s.kind == "user" for label in s.labels}
+    )
+    write_parquet(out, pool_table(selected, import_columns))
+    payload = pool_report(
+        outcomes,
+        candidates=len(candidates),
+        merged=merged,
+        too_long=too_long,
+        selected=selected,
+        quotas=quotas,
+        pool_size_requested=pool_size,
+        settings={
+            "profile": params.profile,
+            "seed": pool_params.seed,
+            "max_prompt_chars": pool_params.max_prompt_chars,
+            "sources_file": pool_params.sources_file,
+        },
+    )
+    write_json(report, payload)
+    totals = payload["totals"]
+    log.info(
+        "pool: %d prompts (requested %d) from %d sources; %d candidates, %d duplicates merged, "
+        "%d too long, %d sources missing -> %s",
+        totals["pool_size"],
+        pool_size,
+        totals["sources_represented"],
+        totals["candidates"],
+        totals["duplicates_merged"],
+        totals["dropped_too_long"],
+        len(totals["sources_missing"]),
+        out,
+    )
+    return payload
