@@ -12,8 +12,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from conftest import REPO_ROOT
+import yaml
+from conftest import MIRROR, REPO_ROOT, write_params
 
 from guardpolicy.config import CommitteeConfig, PolicyParams
 from guardpolicy.errors import GuardpolicyError
@@ -21,6 +24,7 @@ from guardpolicy.labeling import committee, load_policy, make_labeler
 from guardpolicy.labeling.base import LabelResult
 from guardpolicy.labeling.committee import ROUND_QUESTIONS, CommitteeError, parse_answer
 from guardpolicy.labeling.kappa import fleiss_kappa
+from guardpolicy.stages.labels import label
 from guardpolicy.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy(REPO_ROOT / "data" / "taxonomy.yaml")
@@ -211,7 +215,7 @@ def test_rerun_is_answered_from_the_cache(
     pd.testing.assert_frame_equal(first.frame, second.frame)
     # The garbage statistics come from the cached records, so the report does not depend on the cache.
     assert second.report["committee"]["judges"] == first.report["committee"]["judges"]
-    assert len(list((tmp_path / "cache").rglob("*.json"))) == 32
+    assert len(committee.AnswerCache(tmp_path / "cache")) == 32
 
 
 def test_majority_over_judges_and_samples(server: JudgeServer, tmp_path: Path) -> None:
@@ -307,3 +311,42 @@ def test_fleiss_kappa_edge_cases() -> None:
     assert fleiss_kappa(np.array([[3, 0], [0, 3], [0, 1]])) == 1.0
     assert fleiss_kappa(np.array([[4, 0], [4, 0]])) is None  # every rating in one category
     assert fleiss_kappa(np.zeros((0, 2))) is None
+
+
+def test_label_stage_with_the_committee_from_params(server: JudgeServer, tmp_path: Path) -> None:
+    """The real stage entry configured in params.yaml as a user would: files, schema, metric without costs."""
+    params_file = write_params(tmp_path / "params.yaml", MIRROR)
+    params = yaml.safe_load(params_file.read_text())
+    params["policies"]["policy_b"] = {
+        "file": str(REPO_ROOT / "data" / "policies" / "policy_b.yaml"),
+        "labeler": "committee",
+        "committee": {
+            "base_url": server.base_url,
+            "models": ["keyword-judge", "json-judge", "garbage-judge"],
+            "samples": 1,
+            "max_retries": 0,
+            "cache_dir": str(tmp_path / "cache"),
+        },
+    }
+    params_file.write_text(yaml.safe_dump(params))
+    pool_file = tmp_path / "pool.parquet"
+    pq.write_table(pa.Table.from_pandas(committee_pool(), preserve_index=False), pool_file)
+    kwargs = {
+        "params_file": str(params_file),
+        "pool_file": str(pool_file),
+        "out_dir": tmp_path / "labels",
+        "report_dir": tmp_path / "reports",
+        "taxonomy_file": str(REPO_ROOT / "data" / "taxonomy.yaml"),
+    }
+    label("policy_b", **kwargs)
+    frame = pd.read_parquet(tmp_path / "labels" / "policy_b.parquet").set_index("id")
+    assert {p: frame.loc[pool_id(p), "coarse"] for p in EXPECTED} == EXPECTED
+    assert frame["labeler"].eq("committee").all()
+    metric = (tmp_path / "reports" / "policy_b.json").read_bytes()
+    report = json.loads(metric)
+    assert report["committee"]["judges"]["garbage-judge"]["garbage"] > 0
+    assert "http_requests" not in report["committee"] and "cache_hits" not in report["committee"]
+    sent = len(server.requests)
+    label("policy_b", **kwargs)  # answered from the cache: no request, identical metric file
+    assert len(server.requests) == sent
+    assert (tmp_path / "reports" / "policy_b.json").read_bytes() == metric

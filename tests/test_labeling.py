@@ -451,6 +451,10 @@ def test_stage_writes_labels_and_report(tmp_path: Path) -> None:
     assert report["class_counts"] == expected  # policy_b: the lyrics are BOUNDARY_SAFE
     assert report["rule_counts"] == {"composed_harm": 1, "copyright_request": 1, "default": 1}
     assert report["pillar_counts"]["copyright_ip"] == 1 and report["spans"] == 1
+    assert "copyright_ip" not in report["pillars_without_examples"]
+    assert set(report["pillars_without_examples"]) == {
+        p for p, n in report["pillar_counts"].items() if n == 0
+    }
 
     run_stage(tmp_path, "policy_b", out="again")
     first = (tmp_path / "labels" / "policy_b.parquet").read_bytes()

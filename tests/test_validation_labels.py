@@ -362,6 +362,35 @@ def test_broken_splits_fail() -> None:
     )
 
 
+def test_same_prompt_in_two_splits_fails() -> None:
+    # val has "Tell me a joke about cats!"; train gets the same prompt shouted, under its own id.
+    shouted = "TELL ME A JOKE ABOUT CATS!"
+    shouted_id = pool_id(shouted)
+    val_id = str(good_splits()["val"].loc[0, "id"])
+    pool = pd.concat(
+        [good_pool(), pd.DataFrame({"id": [shouted_id], "prompt": [shouted], "source": ["alpaca"]})],
+        ignore_index=True,
+    )
+    leaky = good_splits()
+    extra = pd.DataFrame(
+        {"id": [shouted_id], "split": "train", "source": "alpaca", "coarse_policy_a": G, "coarse_policy_b": G}
+    )
+    leaky["train"] = pd.concat([leaky["train"], extra], ignore_index=True)
+    message = only_failure(
+        validate_split_frames(leaky, pool, POLICIES, TAXONOMY, NORMALISE),
+        "splits: expect_column_values_to_be_in_set(prompt_in_other_split)",
+        "no prompt occurs in two splits",
+        "2 offending row(s)",
+    )
+    assert shouted_id in message and val_id in message
+    # Without casefolding the two prompts differ, so the check uses the normalisation it is given.
+    assert validate_split_frames(leaky, pool, POLICIES, TAXONOMY, NormaliseConfig(casefold=False)).success
+    # Two copies inside one split are not leakage.
+    same_split = good_splits()
+    same_split["val"] = pd.concat([same_split["val"], extra.assign(split="val")], ignore_index=True)
+    assert validate_split_frames(same_split, pool, POLICIES, TAXONOMY, NORMALISE).success
+
+
 def test_broken_clean_benchmarks_fail() -> None:
     pool = good_pool()
     train_keys = train_prompt_keys(good_splits()["train"], pool, NORMALISE)

@@ -1,1 +1,2 @@
-"""The contamination audit: text normalisation, exact and near-duplicate overlap, splits, contamination."""
+"""The contamination audit: text normalisation, exact and near-duplicate overlap, near-duplicate groups,
+group-aware splits, contamination."""

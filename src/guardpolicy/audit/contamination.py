@@ -5,10 +5,14 @@ Pure: frames in, numbers and masks out; `guardpolicy.stages.audit` reads and wri
 Per benchmark the report counts prompts with an exact (normalised) match in the pool (`exact`), prompts with
 a near-duplicate but no exact match (`near_duplicate_only`) and either (`any_overlap` = the sum of the two),
 each against the whole pool and against each split (a prompt can match in several splits, so the per-split
-counts need not add up to the whole-pool count). Decontamination drops benchmark prompts that overlap the
+counts need not add up to the whole-pool count), and `by_pool_source`: per pool source (pool column `source`),
+how many benchmark prompts have an exact or near-duplicate match there, which says where contamination comes
+from (a prompt matched in two sources counts in both, so these can add up to more than `any_overlap`).
+Decontamination drops benchmark prompts that overlap the
 WHOLE pool, not only train: any pool prompt may end up in some model's training data (the splits are re-drawn
 with another seed, the teacher sees val), so a benchmark is clean only if the pool has never seen its prompts.
 The leakage check asks the same question inside the pool: does a val or calib prompt have a copy in train?
+With group-aware splits (`guardpolicy.audit.groups`) it must find none; the report keeps it as the proof.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from guardpolicy.audit.groups import GROUP_COLUMN, group_summary
 from guardpolicy.audit.overlap import (
     OverlapIndex,
     PreparedTexts,
@@ -95,6 +100,23 @@ def decontaminate(benchmark: pd.DataFrame, summary: pd.DataFrame, mode: str) -> 
     return benchmark[~drop_mask(summary, mode)]
 
 
+def pool_source_counts(pairs: pd.DataFrame, source_of: Mapping[str, str]) -> dict[str, int]:
+    """Per pool source, how many queries have at least one exact or near-duplicate match in it.
+
+    `pairs` as from `OverlapIndex.query`; only non-zero sources, most matched first (ties by name). A query
+    matched in two sources counts in both.
+    """
+    sources = pairs["corpus_id"].map(source_of)
+    if sources.isna().any():
+        unknown = sorted(pairs.loc[sources.isna(), "corpus_id"].unique())
+        raise ValueError(f"pool_source_counts: no source for pool id(s) {unknown[:5]}")
+    per_query = pd.DataFrame({"query_id": pairs["query_id"], "source": sources}).drop_duplicates()
+    counts = per_query["source"].value_counts()
+    return {
+        str(source): int(count) for source, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    }
+
+
 def _split_numbers(pairs: pd.DataFrame, n: int, split_of: Mapping[str, str]) -> dict:
     """Per split: how many queries have an exact match / only a near-duplicate / either, in that split."""
     with_split = pairs.assign(split=pairs["corpus_id"].map(split_of))
@@ -116,10 +138,14 @@ def audit_benchmark(
     benchmark: pd.DataFrame,
     index: OverlapIndex,
     split_of: Mapping[str, str],
+    source_of: Mapping[str, str],
     config: AuditConfig,
     name: str = "benchmark",
 ) -> BenchmarkAudit:
-    """Overlap of one benchmark (columns id, prompt) with the indexed pool; ids must be unique."""
+    """Overlap of one benchmark (columns id, prompt) with the indexed pool; ids must be unique.
+
+    `split_of` and `source_of` map every pool id to its split and its source.
+    """
     ids = benchmark["id"].astype(str).tolist()
     if len(set(ids)) != len(ids):
         duplicated = sorted(pd.Series(ids)[pd.Series(ids).duplicated()].unique())
@@ -133,6 +159,7 @@ def audit_benchmark(
     numbers = {
         **overlap_counts(summary),
         "by_split": _split_numbers(pairs, len(ids), split_of),
+        "by_pool_source": pool_source_counts(pairs, source_of),
         "dropped": int(drop.sum()),
         "clean_n": int((~drop).sum()),
         "examples": overlap_examples(summary),
@@ -156,6 +183,11 @@ def _totals(per_benchmark: Mapping[str, dict]) -> dict:
             **split_totals,
             **{f"{kind}_rate": rate(split_totals[kind], n) for kind in OVERLAP_KINDS},
         }
+    by_source: dict[str, int] = {}
+    for numbers in per_benchmark.values():
+        for source, count in numbers["by_pool_source"].items():
+            by_source[source] = by_source.get(source, 0) + count
+    totals["by_pool_source"] = dict(sorted(by_source.items(), key=lambda kv: (-kv[1], kv[0])))
     totals["dropped"] = sum(numbers["dropped"] for numbers in per_benchmark.values())
     totals["clean_n"] = sum(numbers["clean_n"] for numbers in per_benchmark.values())
     return totals
@@ -185,26 +217,39 @@ def audit_settings(config: AuditConfig) -> dict:
     return settings
 
 
-def audit_contamination(
-    pool: pd.DataFrame, benchmarks: Mapping[str, pd.DataFrame], config: AuditConfig
-) -> ContaminationResult:
-    """The whole audit: `pool` has columns id, prompt, split; each benchmark has id and prompt.
+POOL_COLUMNS = ("id", "prompt", "source", GROUP_COLUMN, "split")
 
-    Returns the report (settings, per-benchmark numbers, totals, split sizes, leakage) and, per benchmark, the
-    rows its clean copy drops.
+
+def audit_contamination(
+    pool: pd.DataFrame,
+    benchmarks: Mapping[str, pd.DataFrame],
+    config: AuditConfig,
+    prepared_pool: PreparedTexts | None = None,
+) -> ContaminationResult:
+    """The whole audit: `pool` has columns id, prompt, source, group, split; each benchmark has id and prompt.
+
+    `prepared_pool`, the pool's texts as `prepare_texts` made them for the grouping (same ids in the same
+    order), saves preparing them again. Returns the report (settings, per-benchmark numbers, totals, split
+    sizes, near-duplicate groups, leakage) and, per benchmark, the rows its clean copy drops.
     """
-    missing = [column for column in ("id", "prompt", "split") if column not in pool.columns]
+    missing = [column for column in POOL_COLUMNS if column not in pool.columns]
     if missing:
         raise ValueError(f"audit_contamination: pool lacks column(s) {missing}")
     pool_ids = pool["id"].astype(str).tolist()
-    prepared_pool = prepare_texts(
-        pool_ids, pool["prompt"].tolist(), config.normalise, config.near_duplicate, label="pool"
-    )
+    if prepared_pool is None:
+        prepared_pool = prepare_texts(
+            pool_ids, pool["prompt"].tolist(), config.normalise, config.near_duplicate, label="pool"
+        )
+    elif list(prepared_pool.ids) != pool_ids:
+        raise ValueError(
+            "audit_contamination: prepared_pool does not hold the pool's ids in the pool's order"
+        )
     index = OverlapIndex(prepared_pool, config.near_duplicate)
     split_of = dict(zip(pool_ids, pool["split"].astype(str), strict=True))
+    source_of = dict(zip(pool_ids, pool["source"].astype(str), strict=True))
     audits = {}
     for name, frame in benchmarks.items():
-        audits[name] = audit_benchmark(frame, index, split_of, config, name=name)
+        audits[name] = audit_benchmark(frame, index, split_of, source_of, config, name=name)
         numbers = audits[name].numbers
         log.info(
             "audit %s: %d prompts, %d exact, %d near-duplicate only, %d dropped",
@@ -220,6 +265,7 @@ def audit_contamination(
         "settings": audit_settings(config),
         "pool": {"n": len(pool)},
         "splits": {split: int(split_sizes.get(split, 0)) for split in SPLITS},
+        "groups": group_summary(pool[GROUP_COLUMN].astype(str)),
         "benchmarks": per_benchmark,
         "totals": _totals(per_benchmark),
         "leakage": pool_leakage(prepared_pool, pool["split"].astype(str).tolist(), config),
@@ -229,6 +275,11 @@ def audit_contamination(
 
 def _percent(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def _sources_cell(by_pool_source: Mapping[str, int]) -> str:
+    ordered = sorted(by_pool_source.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{source} {count}" for source, count in ordered) or "–"
 
 
 def contamination_markdown(report: Mapping) -> str:
@@ -246,11 +297,13 @@ def contamination_markdown(report: Mapping) -> str:
         f"`{settings['decontaminate']}` overlap with the whole pool.",
         "",
         "*exact*: the normalised prompt equals a pool prompt; *near only*: a near-duplicate but no exact"
-        " match; *any* = exact + near only. Per-split columns count overlap with that split alone.",
+        " match; *any* = exact + near only. Per-split columns count overlap with that split alone."
+        " *Matched in pool source*: benchmark prompts with a match (exact or near) in that pool source; a"
+        " prompt matched in two sources counts in both.",
         "",
         "| benchmark | n | exact | near only | any | any in train | any in val | any in calib | dropped "
-        "| clean n |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| clean n | matched in pool source |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
 
     def row(name: str, numbers: Mapping) -> str:
@@ -261,15 +314,22 @@ def contamination_markdown(report: Mapping) -> str:
             *(str(numbers["by_split"][split]["any_overlap"]) for split in SPLITS),
             str(numbers["dropped"]),
             str(numbers["clean_n"]),
+            _sources_cell(numbers["by_pool_source"]),
         ]
         return "| " + " | ".join(cells) + " |"
 
     for name, numbers in report["benchmarks"].items():
         lines.append(row(name, numbers))
     lines.append(row("**total**", report["totals"]))
+    groups = report["groups"]
     lines += [
         "",
         "## Leakage inside the pool (copies of val / calib prompts in train)",
+        "",
+        f"Splits keep near-duplicate groups whole: {groups['groups']} groups, "
+        f"{groups['multi_member_groups']} of them with several prompts "
+        f"({groups['prompts_in_multi_member_groups']} prompts, the largest {groups['largest_group']}), "
+        "so every count below must be 0.",
         "",
         "| split | n | exact | near only | any |",
         "|---|---:|---:|---:|---:|",

@@ -12,18 +12,20 @@ strata, R(N) the largest-remainder rounding of N × fractions (each split gets t
 more, leftover seats to the largest remainders, ties in split order train, val, calib) and A the items the
 earlier strata actually received. The stratum's target per split is R(N) − A: what brings the running totals
 to the rounded running quotas (a negative target is raised to 0 and the excess taken, one item at a time,
-from the largest target). Within the stratum the groups are taken in the order of sha256(f"{seed}:{
-representative id}") and each goes whole to the split with the most room left (target minus what it already
-got; ties in split order).
+from the largest target). Within the stratum the groups are taken in the order of
+sha256(f"{seed}:{representative id}") and each goes whole to the split with the most room left (its target
+minus what it already got; ties in split order).
 
 The guarantee. With singletons only, every stratum gets exactly its target, which is the floor or the ceiling
 of its own quota (R(N) − R(N') differs from (N − N') × fraction by less than one), and the totals are R(pool
-size): every split within one item of its fraction. A group overflows only when it is larger than the most
-room left in its stratum, which cannot happen before the room left is below its size (so only near the
-stratum's end, by at most size − 1 items); the next strata's targets take that surplus back, because they aim
-at the running quotas and not at their own. The only deviation left in the totals is overflow that the strata
-after it could not absorb. Tiny strata (one disagreement cell of one source, say) do not all go to train:
-their seats follow R(N), which rotates between the splits.
+size): every split within one item of its fraction. A group overflows its split only when it is larger than
+the most room left; the rooms add up to the stratum's items not yet placed, so that happens only when fewer
+than 3 × its size items are left, and by at most size − 1 items. The next strata's targets take such a
+surplus back, because they aim at the running quotas rather than at their own; what remains in the totals is
+overflow that the strata after it could not absorb (none where they have enough singletons). Tiny strata (one
+disagreement cell of one source, say) do not all go to train: their seats follow R(N), which rotates between
+the splits. Hash order rather than largest-first keeps a group's split independent of its size, so val and
+calib are not starved of templated prompt families.
 
 The assignment depends only on the ids, groups, strata and the seed, never on the input row order.
 """
@@ -70,7 +72,7 @@ def rounded_quotas(total: int, fractions: Sequence[Fraction]) -> list[int]:
     counts = [int(quota) for quota in quotas]  # quotas are non-negative, so int() is the floor
     remainders = [quota - count for quota, count in zip(quotas, counts, strict=True)]
     eligible = sorted(
-        (i for i, remainder in enumerate(remainders) if remainder > 0), key=lambda i: -remainders[i]
+        (i for i, remainder in enumerate(remainders) if remainder > 0), key=lambda i: (-remainders[i], i)
     )
     for i in eligible[: total - sum(counts)]:
         counts[i] += 1

@@ -230,14 +230,17 @@ def label_summary(frame: pd.DataFrame, taxonomy: Taxonomy) -> dict[str, Any]:
     """Class, pillar and rule counts of a label frame (every class and pillar listed, zeros included)."""
     class_counts = Counter(frame["coarse"].tolist())
     rule_counts = Counter("<null>" if is_missing(r) else r for r in frame["rule"].tolist())
+    pillar_counts = {
+        name: int(frame[column].sum())
+        for name, column in zip(taxonomy.pillar_names, taxonomy.pillar_columns, strict=True)
+    }
     return {
         "rows": len(frame),
         "class_counts": {c: class_counts.get(c, 0) for c in taxonomy.coarse_classes},
         "unsafe": int(sum(class_counts.get(c, 0) for c in taxonomy.unsafe_classes)),
-        "pillar_counts": {
-            name: int(frame[column].sum())
-            for name, column in zip(taxonomy.pillar_names, taxonomy.pillar_columns, strict=True)
-        },
+        "pillar_counts": pillar_counts,
+        # A pillar without positives cannot be learned or scored; say so where the labels are made.
+        "pillars_without_examples": [name for name, count in pillar_counts.items() if count == 0],
         "rule_counts": dict(sorted(rule_counts.items())),
         "spans": int(frame["span_start"].notna().sum()),
     }

@@ -13,10 +13,11 @@ class). An answer is parsed tolerantly (a leading yes/no word, any case or punct
 vote is an abstention. An item with no valid vote in a round is an error. Fleiss' kappa among judges (a
 judge's rating = the majority of its own samples) is reported per round.
 
-Answers are cached on disk, one JSON file per key, so a rerun makes no HTTP call. The key is the sha256 of
-the model, round, sample index, temperature, the system prompt (policy question and definition, class
-definitions), the round question and the prompt. Pillars and spans of a committee label are those the
-policy's rules would give the row for the chosen class (`rules.pillars_for_class`; spans for unsafe classes).
+Answers are cached on disk (one SQLite file in `cache_dir`), so a rerun makes no HTTP call. The key is
+the sha256 of the model, round, sample index, temperature, the system prompt (policy question and
+definition, class definitions), the round question and the prompt. Pillars and spans of a committee label
+are those the policy's rules would give the row for the chosen class (`rules.pillars_for_class`; spans for
+unsafe classes).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import json
 import logging
 import os
 import re
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -42,7 +44,6 @@ from tqdm import tqdm
 
 from guardpolicy.config import CommitteeConfig
 from guardpolicy.errors import GuardpolicyError
-from guardpolicy.io import read_json, write_json
 from guardpolicy.labeling.base import Decision, Labeler, PoolRow
 from guardpolicy.labeling.kappa import fleiss_kappa
 from guardpolicy.labeling.policy import Policy
@@ -153,27 +154,47 @@ def judge_ratings(votes: dict[str, list[str | None]], models: Sequence[str]) -> 
 
 
 class AnswerCache:
-    """One JSON file per key (`<dir>/<key[:2]>/<key>.json`), written atomically, so threads never collide."""
+    """Answers in one SQLite file (`<dir>/answers.sqlite`), keyed by `cache_key`.
+
+    One file rather than one per answer: a full study asks ~10^6 questions, and a directory of a million small
+    files is slow to list, copy and back up. Writes are serialised by a lock and committed at once, so an
+    interrupted run keeps every answer it already paid for.
+    """
+
+    FILE_NAME = "answers.sqlite"
 
     def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-
-    def _path(self, key: str) -> Path:
-        return self.directory / key[:2] / f"{key}.json"
+        self.path = Path(directory) / self.FILE_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, record TEXT NOT NULL)")
 
     def get(self, key: str) -> dict[str, Any] | None:
-        path = self._path(key)
-        if not path.is_file():
+        with self._lock:
+            row = self._db.execute("SELECT record FROM answers WHERE key = ?", (key,)).fetchone()
+        if row is None:
             return None
         try:
-            record = read_json(path)
-        except (OSError, json.JSONDecodeError):
-            log.warning("committee cache: unreadable entry %s, asking again", path)
+            record = json.loads(row[0])
+        except json.JSONDecodeError:
+            log.warning("committee cache %s: unreadable entry %s, asking again", self.path, key)
             return None
         return record if isinstance(record, dict) and "answer" in record else None
 
     def put(self, key: str, record: dict[str, Any]) -> None:
-        write_json(self._path(key), record)
+        text = json.dumps(record, sort_keys=True)
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO answers (key, record) VALUES (?, ?)", (key, text))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
 
 
 class ChatClient:

@@ -1,5 +1,8 @@
 """Stage audit: contamination between the pool and every benchmark, clean benchmark copies, and the splits.
 
+The splits are group-aware: near-duplicate groups are found inside the pool first and each goes whole into
+one split, so val and calib have no exact or near-duplicate copy in train (the report's `leakage` shows it).
+
 Reads params `audit` and the policy names (`policies`), the pool, each policy's labels and every registry
 benchmark; writes data/splits/{train,val,calib}.parquet, data/benchmarks_clean/<name>.parquet (the directory
 is rewritten whole, so a benchmark removed from the registry leaves no stale copy), reports/contamination.json
@@ -22,6 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from guardpolicy.audit.contamination import audit_contamination, contamination_markdown
+from guardpolicy.audit.groups import GROUP_COLUMN, duplicate_groups, group_summary
+from guardpolicy.audit.overlap import prepare_texts
 from guardpolicy.audit.splits import SPLITS, assign_splits, coarse_column, strata_columns
 from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
@@ -127,7 +132,7 @@ def read_benchmarks(registry_file: str | Path, benchmarks_dir: str | Path) -> di
 
 
 def split_table(frame: pd.DataFrame, policies: list[str]) -> pa.Table:
-    columns = ["id", "split", "source"] + [coarse_column(policy) for policy in policies]
+    columns = ["id", "split", GROUP_COLUMN, "source"] + [coarse_column(policy) for policy in policies]
     ordered = frame.sort_values("id", kind="stable")[columns]
     schema = pa.schema([(column, pa.string()) for column in columns])
     return pa.Table.from_pandas(ordered, schema=schema, preserve_index=False)
@@ -186,12 +191,30 @@ def audit(
         sum(table.num_rows for table in tables.values()),
     )
 
+    # Prepared once: the grouping and the contamination audit match against the same pool texts.
+    prepared_pool = prepare_texts(
+        pool["id"].tolist(), pool["prompt"].tolist(), config.normalise, config.near_duplicate, label="pool"
+    )
+    pool[GROUP_COLUMN] = duplicate_groups(prepared_pool, config.near_duplicate).to_numpy()
     pool["split"] = assign_splits(pool, config.splits)
     strata = pool[strata_columns(config.splits)].drop_duplicates()
-    log.info("audit: %d strata; %s", len(strata), pool["split"].value_counts().to_dict())
+    groups = group_summary(pool[GROUP_COLUMN])
+    log.info(
+        "audit: %d near-duplicate groups (%d with several prompts, largest %d), %d strata; %s",
+        groups["groups"],
+        groups["multi_member_groups"],
+        groups["largest_group"],
+        len(strata),
+        pool["split"].value_counts().to_dict(),
+    )
 
     benchmarks = {name: table.select(["id", "prompt"]).to_pandas() for name, table in tables.items()}
-    result = audit_contamination(pool[["id", "prompt", "split"]], benchmarks, config)
+    result = audit_contamination(
+        pool[["id", "prompt", "source", GROUP_COLUMN, "split"]],
+        benchmarks,
+        config,
+        prepared_pool=prepared_pool,
+    )
     payload = result.report
     payload["strata"] = len(strata)
     payload["settings"]["policies"] = policies

@@ -135,7 +135,7 @@ def validate_splits(
         "files": validate_files(
             files_frame(splits, cleans, policies, split_fractions(params.audit.splits), len(pool))
         ),
-        "splits": validate_split_files(splits, pool, policies, taxonomy),
+        "splits": validate_split_files(splits, pool, policies, taxonomy, normalise=params.audit.normalise),
     }
     train = splits["train"]
     if train is not None and "id" in train.columns:

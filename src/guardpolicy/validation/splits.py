@@ -1,9 +1,11 @@
 """The split suites (`data/splits/*.parquet`) and the decontaminated benchmark suites (`benchmarks_clean/`).
 
 Critical: every split file and clean benchmark file present with the contract's columns; split values match
-their file; ids disjoint across splits and together exactly the pool's ids; each clean benchmark has unique
-ids, is a subset of its original (same ids and prompts, same columns) and shares no prompt with the train
-split after `normalise_text` with params `audit.normalise`. Not critical: split sizes near their fractions.
+their file; ids disjoint across splits and together exactly the pool's ids; no prompt in two splits after
+`normalise_text` (exact leakage: the same prompt, re-cased or re-punctuated, under two ids); each clean
+benchmark has unique ids, is a subset of its original (same ids and prompts, same columns) and shares no
+prompt with the train split after `normalise_text` with params `audit.normalise`. Not critical: split sizes
+near their fractions.
 """
 
 from __future__ import annotations
@@ -89,9 +91,12 @@ def validate_files(frame: pd.DataFrame) -> SuiteResult:
     return run_checks("files", frame, checks)
 
 
-def splits_frame(splits: dict[str, pd.DataFrame | None], pool: pd.DataFrame) -> pd.DataFrame:
+def splits_frame(
+    splits: dict[str, pd.DataFrame | None], pool: pd.DataFrame, normalise: NormaliseConfig | None = None
+) -> pd.DataFrame:
     """All present splits stacked (column `split_file`), plus: split value matches the file, id is a pool id,
-    source matches the pool's."""
+    source matches the pool's, and (when the pool has prompts) `prompt_in_other_split`: the row's normalised
+    prompt also occurs in another split file."""
     # A split without an id column cannot be matched to the pool; the files suite already names it.
     present = [
         frame.assign(split_file=name)
@@ -108,6 +113,12 @@ def splits_frame(splits: dict[str, pd.DataFrame | None], pool: pd.DataFrame) -> 
         frame["source_matches_pool"] = (
             (frame["source"] == pool_source).astype(object).where(pool_source.notna(), None)
         )
+    if "prompt" in pool.columns:
+        prompts = frame["id"].map(pool.drop_duplicates("id").set_index("id")["prompt"])
+        keys = normalised_keys(prompts, normalise or NormaliseConfig())
+        splits_per_key = frame.assign(key=keys).dropna(subset=["key"]).groupby("key")["split_file"].nunique()
+        # A prompt that normalises to nothing (or an id missing from the pool) has no key and is not a copy.
+        frame["prompt_in_other_split"] = (keys.map(splits_per_key) > 1).fillna(False).astype(bool).to_numpy()
     return frame
 
 
@@ -141,6 +152,13 @@ def splits_checks(
                 description="the split column names the file's split",
             )
         )
+    if "prompt_in_other_split" in frame.columns:
+        checks.append(
+            Check(
+                e.ExpectColumnValuesToBeInSet(column="prompt_in_other_split", value_set=[False]),
+                description="no prompt occurs in two splits after normalise_text (params audit.normalise)",
+            )
+        )
     if "source_matches_pool" in frame.columns:
         checks.append(
             Check(
@@ -168,9 +186,12 @@ def validate_splits(
     pool: pd.DataFrame,
     policies: list[str] | tuple[str, ...],
     taxonomy: Taxonomy,
+    normalise: NormaliseConfig | None = None,
 ) -> SuiteResult:
-    """`splits`: split name -> its frame, None when its file is absent; `pool` needs `id` and `source`."""
-    frame = splits_frame(splits, pool)
+    """`splits`: split name -> its frame, None when its file is absent; `pool` needs `id` and `source`, and
+    `prompt` for the exact-leakage check, which normalises with `normalise` (params `audit.normalise`; the
+    defaults when None)."""
+    frame = splits_frame(splits, pool, normalise)
     return run_checks("splits", frame, splits_checks(frame, pool, policies, taxonomy))
 
 
