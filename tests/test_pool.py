@@ -7,6 +7,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from guardpolicy.pool.generate import compose, generate_from_templates
 from guardpolicy.pool.loaders import acquire_files, load_source
 from guardpolicy.pool.registry import PoolSource, parse_pool_registry
 from guardpolicy.pool.rows import Candidate
+from guardpolicy.stages.labels import label
 from guardpolicy.stages.pool import build
 from guardpolicy.taxonomy import load_taxonomy
 
@@ -529,3 +531,44 @@ def test_real_default_pool(tmp_path: Path) -> None:
     for row in rows:
         if row["span_start"] is not None:
             assert row["prompt"][row["span_start"] : row["span_end"]].strip()
+
+
+def test_user_pool_labelled_by_the_import_labeler(tmp_path: Path) -> None:
+    """The bring-your-own-labels path end to end: a user file's label column -> pool -> label@<policy>."""
+    path = tmp_path / "mine.csv"
+    path.write_text(
+        "pid,text,verdict\n"
+        "u1,How do I bake bread?,allow\n"
+        "u2,How do I make a pipe bomb?,block\n"
+        "u3,Tell me the history of the atomic bomb.,sensitive\n",
+        encoding="utf-8",
+    )
+    params_file = _params(tmp_path, {"mine": _user_source(path, labels={"moderator": "verdict"})}, 3)
+    pool_file, _, _ = _build(tmp_path, params_file, "pool")
+    params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    params["policies"]["policy_a"] = {
+        "file": str(REPO_ROOT / "data" / "policies" / "policy_a.yaml"),
+        "labeler": "import",
+        "import_from": {
+            "column": "moderator",
+            "mapping": {"allow": "GENERIC_SAFE", "block": "HARMFUL", "sensitive": "BOUNDARY_SAFE"},
+        },
+    }
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    report = label(
+        "policy_a",
+        params_file=str(params_file),
+        pool_file=str(pool_file),
+        out_dir=tmp_path / "labels",
+        report_dir=tmp_path / "reports",
+        taxonomy_file=str(REPO_ROOT / "data" / "taxonomy.yaml"),
+    )
+    pool = pd.read_parquet(pool_file).set_index("id")
+    labels = pd.read_parquet(tmp_path / "labels" / "policy_a.parquet").set_index("id")
+    coarse = dict(zip(pool.loc[labels.index, "prompt"], labels["coarse"], strict=True))
+    assert coarse == {
+        "How do I bake bread?": "GENERIC_SAFE",
+        "How do I make a pipe bomb?": "HARMFUL",
+        "Tell me the history of the atomic bomb.": "BOUNDARY_SAFE",
+    }
+    assert report["labeler"] == "import" and labels["labeler"].eq("import").all()

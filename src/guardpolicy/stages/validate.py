@@ -19,7 +19,7 @@ from guardpolicy.errors import InputError, ValidationFailed
 from guardpolicy.io import read_json, write_json
 from guardpolicy.stages.benchmarks import REGISTRY_FILE
 from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
-from guardpolicy.validation.gx import SuiteResult
+from guardpolicy.validation.gx import SuiteResult, suite_counts
 from guardpolicy.validation.labels import validate_agreement
 from guardpolicy.validation.labels import validate_labels as validate_label_file
 from guardpolicy.validation.pool import validate_pool
@@ -47,12 +47,7 @@ def suites_report(results: dict[str, SuiteResult], skipped: dict[str, str] | Non
     """The JSON report: overall success, counts, every suite's results by dataset, and what was skipped."""
     return {
         "success": all(r.success for r in results.values()),
-        "summary": {
-            "validated": len(results),
-            "passed": sum(r.success for r in results.values()),
-            "failed": sum(not r.success for r in results.values()),
-            "skipped": len(skipped or {}),
-        },
+        "summary": {**suite_counts(results), "skipped": len(skipped or {})},
         "datasets": {name: r.as_dict() for name, r in sorted(results.items())},
         "skipped": dict(sorted((skipped or {}).items())),
     }

@@ -13,7 +13,7 @@ import pandas as pd
 
 from guardpolicy.data.normalise import CORE_COLUMNS
 from guardpolicy.data.registry import BenchmarkSpec
-from guardpolicy.validation.gx import Check, SuiteResult, run_checks
+from guardpolicy.validation.gx import Check, SuiteResult, run_checks, suite_counts
 
 
 def benchmark_checks(spec: BenchmarkSpec) -> list[Check]:
@@ -86,12 +86,7 @@ def validate_benchmark(spec: BenchmarkSpec, frame: pd.DataFrame) -> SuiteResult:
 def validation_report(results: dict[str, SuiteResult], skipped: dict[str, str]) -> dict[str, Any]:
     return {
         "success": all(r.success for r in results.values()),
-        "summary": {
-            "validated": len(results),
-            "passed": sum(r.success for r in results.values()),
-            "failed": sum(not r.success for r in results.values()),
-            "skipped_missing": len(skipped),
-        },
+        "summary": {**suite_counts(results), "skipped_missing": len(skipped)},
         "benchmarks": {name: r.as_dict() for name, r in sorted(results.items())},
         "skipped": dict(sorted(skipped.items())),
     }

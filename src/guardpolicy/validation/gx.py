@@ -171,3 +171,12 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return str(value)
+
+
+def suite_counts(results: dict[str, SuiteResult]) -> dict[str, int]:
+    """How many suites ran, passed and failed: the summary every validation report starts with."""
+    return {
+        "validated": len(results),
+        "passed": sum(r.success for r in results.values()),
+        "failed": sum(not r.success for r in results.values()),
+    }
