@@ -9,6 +9,8 @@
     guardpolicy validate-labels
     guardpolicy audit                         # contamination, clean benchmarks, splits
     guardpolicy validate-splits
+    guardpolicy plan                          # validate params `branches`, write data/models.yaml
+    guardpolicy bench-train --samples 512     # training samples/s: our loop vs transformers.Trainer
     guardpolicy taxonomy                      # the validated label space
     guardpolicy params                        # the active profile, validated
     guardpolicy registry                      # the benchmark registry, validated
@@ -34,6 +36,8 @@ from guardpolicy.stages import labels as label_stage
 from guardpolicy.stages import pool as pool_stage
 from guardpolicy.stages import validate as validate_stages
 from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+from guardpolicy.training.bench import bench_train
+from guardpolicy.training.branches import write_plan
 
 
 def show_params(params_file: str = "params.yaml") -> str:
@@ -82,6 +86,8 @@ COMMANDS = {
     "validate-labels": guarded(validate_stages.validate_labels),
     "audit": guarded(audit_stage.audit),
     "validate-splits": guarded(validate_stages.validate_splits),
+    "plan": guarded(write_plan),
+    "bench-train": guarded(bench_train),
     "taxonomy": guarded(show_taxonomy),
     "params": guarded(show_params),
     "registry": guarded(show_registry),

@@ -196,6 +196,8 @@ class ProfileConfig:
     epochs: int
     batch_size: int
     learning_rate: float
+    # seeds[0] is the main seed: every model of the plan trains with it, and the fresh heads of a scale's
+    # pretrained folder are drawn with it. Further seeds of the noise-floor study are `noise_floor.seeds`.
     seeds: tuple[int, ...]
     bootstrap_samples: int
     precision: Literal["fp32", "bf16", "auto"]
@@ -351,6 +353,157 @@ class AuditConfig:
     decontaminate: Literal["exact", "exact_and_near"] = "exact_and_near"
 
 
+# ------------------------------------------------------------------------------------ training and branches
+
+TrainSplit = Literal["train", "calib"]
+Trainable = Literal["full", "encoder", "heads"]
+
+
+@dataclass(frozen=True)
+class LossWeightsConfig:
+    """Weights of the three heads' losses in the training objective."""
+
+    coarse: float = 1.0
+    pillars: float = 0.5
+    span: float = 0.5
+
+    def __post_init__(self) -> None:
+        if min(self.coarse, self.pillars, self.span) < 0:
+            raise ConfigError("loss weights must be non-negative")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Knobs every training run shares (teachers and branches); the size knobs come from the profile."""
+
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    grad_clip: float = 1.0
+    loss_weights: LossWeightsConfig = field(default_factory=LossWeightsConfig)
+    # Distillation weight for a branch with a teacher that sets no `alpha` of its own.
+    distill_alpha: float = 0.5
+    # Softmax temperature of the distillation KL (the study's tau = 4).
+    distill_temperature: float = 4.0
+    checkpoint_every_steps: int = 200
+    log_every_steps: int = 10
+    length_bucketing: bool = True
+    # Batch size of the teachers' cached predictions over the train and calib prompts.
+    predict_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.weight_decay < 0 or self.grad_clip <= 0 or self.distill_temperature <= 0:
+            raise ConfigError("weight_decay must be >= 0, grad_clip and distill_temperature > 0")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"warmup_ratio must lie in [0, 1), got {self.warmup_ratio}")
+        if not 0.0 <= self.distill_alpha <= 1.0:
+            raise ConfigError(f"distill_alpha must lie in [0, 1], got {self.distill_alpha}")
+        for name in ("checkpoint_every_steps", "log_every_steps", "predict_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """A teacher: the `scale` encoder trained on 100 % of one policy's hard labels (the params key)."""
+
+    scale: str = "large"
+    train_set: TrainSplit = "train"
+    trainable: Trainable = "full"
+    # null: the profile's epochs / learning rate.
+    epochs: int | None = None
+    learning_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.epochs is not None and self.epochs <= 0:
+            raise ConfigError(f"epochs must be positive, got {self.epochs}")
+        if self.learning_rate is not None and self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+
+
+@dataclass(frozen=True)
+class AnchorSetConfig:
+    """Anchor samples: rows of `split` selected by `policy`'s labels, added to a branch labelled by `policy`.
+
+    A row is selected when its label under `policy` came from one of `rules` (the label file's `rule` column)
+    and has one of the `coarse` classes; an empty list does not constrain. At least one must be given.
+    """
+
+    description: str
+    policy: str
+    split: TrainSplit = "train"
+    rules: tuple[str, ...] = ()
+    coarse: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.rules and not self.coarse:
+            raise ConfigError("an anchor set needs `rules` or `coarse` (or both) to select its rows")
+
+
+@dataclass(frozen=True)
+class BranchConfig:
+    """One experimental branch: the three policy paths (hard labels, teacher, head-only) as data."""
+
+    description: str
+    # `pretrained` (the scale's backbone with fresh heads) or another branch, whose checkpoint is the start.
+    init_from: str = "pretrained"
+    trainable: Trainable = "full"
+    train_set: TrainSplit = "train"
+    # policy -> share of the rows whose hard label comes from that policy; shares sum to 1.
+    hard_labels: dict[str, float] = field(default_factory=dict)
+    # A policy whose teacher (teachers.<policy>) the branch distils from; null: no distillation.
+    teacher: str | None = None
+    # Distillation weight; null: training.distill_alpha. Only meaningful with a teacher.
+    alpha: float | None = None
+    # anchor set -> how many: an integer is a count, a number below 1 a fraction of the profile's pool_size
+    # (so one setting scales from the smoke pool to the paper's); fewer are used when fewer are available.
+    anchors: dict[str, int | float] = field(default_factory=dict)
+    # null: the profile's epochs / learning rate.
+    epochs: int | None = None
+    learning_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.hard_labels:
+            raise ConfigError("hard_labels must name at least one policy with its share")
+        for policy, share in self.hard_labels.items():
+            if not 0.0 < share <= 1.0:
+                raise ConfigError(f"hard_labels.{policy}: a share must lie in (0, 1], got {share}")
+        total = sum(self.hard_labels.values())
+        if abs(total - 1.0) > 1e-6:
+            raise ConfigError(f"hard_labels: shares must sum to 1, got {round(total, 6)}")
+        if self.alpha is not None:
+            if self.teacher is None:
+                raise ConfigError("alpha is set but teacher is null: there is nothing to distil from")
+            if not 0.0 <= self.alpha <= 1.0:
+                raise ConfigError(f"alpha must lie in [0, 1], got {self.alpha}")
+        for name, count in self.anchors.items():
+            if isinstance(count, int) and count < 0:
+                raise ConfigError(f"anchors.{name}: a count must be >= 0, got {count}")
+            if isinstance(count, float) and not 0.0 < count < 1.0:
+                raise ConfigError(f"anchors.{name}: a fraction of the pool must lie in (0, 1), got {count}")
+        if self.epochs is not None and self.epochs <= 0:
+            raise ConfigError(f"epochs must be positive, got {self.epochs}")
+        if self.learning_rate is not None and self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+
+
+@dataclass(frozen=True)
+class NoiseFloorConfig:
+    """Branches trained again at further seeds, for the seed noise floor (empty: none)."""
+
+    branches: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = (43, 44)
+
+    def __post_init__(self) -> None:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds must be distinct, got {list(self.seeds)}")
+        if len(set(self.branches)) != len(self.branches):
+            raise ConfigError(f"branches must be distinct, got {list(self.branches)}")
+
+
+def _default_scales() -> dict[str, Literal["student", "teacher"]]:
+    return {"small": "student", "large": "teacher"}
+
+
 @dataclass(frozen=True)
 class Params:
     profile: str
@@ -360,6 +513,14 @@ class Params:
     policies: dict[str, PolicyParams] = field(default_factory=dict)
     agreement: AgreementConfig = field(default_factory=AgreementConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    # Model scale -> which profile encoder it uses. Cross-references below are checked by
+    # guardpolicy.training.branches (validate_branches), which also orders the branches.
+    scales: dict[str, Literal["student", "teacher"]] = field(default_factory=_default_scales)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    teachers: dict[str, TeacherConfig] = field(default_factory=dict)
+    anchor_sets: dict[str, AnchorSetConfig] = field(default_factory=dict)
+    branches: dict[str, BranchConfig] = field(default_factory=dict)
+    noise_floor: NoiseFloorConfig = field(default_factory=NoiseFloorConfig)
 
     def __post_init__(self) -> None:
         if self.profile not in self.profiles:

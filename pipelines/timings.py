@@ -1,0 +1,22 @@
+"""Stage timings: the per-stage timing records (reports/timings/<stage>.json) -> reports/timings.json.
+
+Reads every record under reports/timings/ (written by backbone@, teacher@ and train@); writes the metric
+reports/timings.json: seconds, samples and samples/s per stage, totals per stage kind and overall.
+
+    python pipelines/timings.py
+"""
+
+from __future__ import annotations
+
+import fire
+
+from guardpolicy.runner import guarded
+from guardpolicy.stages.train import TIMINGS_DIR, TIMINGS_FILE, timings
+
+
+def main(timings_dir: str = TIMINGS_DIR, out: str = TIMINGS_FILE) -> None:
+    timings(timings_dir=timings_dir, out=out)
+
+
+if __name__ == "__main__":
+    fire.Fire(guarded(main))

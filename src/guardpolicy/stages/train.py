@@ -1,0 +1,559 @@
+"""backbone@<scale>, teacher@<policy>, train@<model> and timings: the training stages and their model cards.
+
+* backbone@<scale>: the scale's encoder (params `scales`: the profile's student/teacher) with fresh heads
+  drawn with the main seed -> models/<scale>-pretrained, the starting folder of every run at that scale.
+* teacher@<policy>: the teacher scale trained on 100 % of the policy's hard labels -> models/teacher-<policy>;
+  its logits over the train and calib prompts are cached in data/teacher_outputs/<policy>.parquet (id,
+  logits: 4 float32) so branches distil from a file instead of running the teacher at every step.
+* train@<model>: one entry of the plan (data/models.yaml, `guardpolicy plan`) -> models/<model>.
+* timings: every stage above writes reports/timings/<stage>.json; `timings` collects them into
+  reports/timings.json.
+
+Every checkpoint folder gets MODEL_CARD.md and model_card.json (guardpolicy.training.cards). The resumable
+training state lives in .cache/train/<name> (outside DVC outputs, which DVC deletes before a rerun) and is
+removed once the run has finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from guardpolicy.config import EncoderConfig, Params, load_params
+from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.io import read_json, sha256_file, write_json, write_parquet, write_text
+from guardpolicy.labeling import load_policy
+from guardpolicy.taxonomy import TAXONOMY_FILE, Taxonomy, load_taxonomy
+from guardpolicy.training import branches as registry
+from guardpolicy.training.cards import CARD_JSON, CARD_MARKDOWN, card_markdown, card_summary, model_card
+from guardpolicy.training.datasets import AnchorRequest, ExampleSources, build_examples, resolve_anchor_count
+
+log = logging.getLogger(__name__)
+
+POOL_FILE = "data/pool/pool.parquet"
+SPLITS_DIR = "data/splits"
+LABELS_DIR = "data/labels"
+MODELS_DIR = registry.MODELS_DIR
+TEACHER_OUTPUTS_DIR = "data/teacher_outputs"
+TIMINGS_DIR = "reports/timings"
+TIMINGS_FILE = "reports/timings.json"
+LIVE_DIR = "reports/training"
+WORK_DIR = ".cache/train"
+# The splits a teacher's cached outputs cover: every split a branch trains on or draws anchors from.
+TEACHER_OUTPUT_SPLITS = ("train", "calib")
+VERSIONED_LIBRARIES = ("torch", "transformers", "numpy", "pandas", "pyarrow")
+# TrainResult fields that differ between two runs of the same inputs (timings, and where an interrupted run
+# resumed): the card keeps them in its `run` block. The machine's fields go to `environment`.
+_RUN_FIELDS = ("seconds", "train_seconds", "samples_per_second", "resumed_from_step")
+_ENVIRONMENT_FIELDS = ("device", "precision")
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+@contextmanager
+def atomic_dir(destination: str | Path) -> Iterator[Path]:
+    """Yield a temporary folder beside `destination`, moved onto it only when the block succeeds."""
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent))
+    try:
+        yield tmp
+        if destination.exists():
+            shutil.rmtree(destination)
+        os.replace(tmp, destination)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_timing(timings_dir: str | Path, stage: str, seconds: float, samples: int) -> dict[str, Any]:
+    """reports/timings/<stage>.json: wall seconds, samples processed and their rate."""
+    record = {
+        "stage": stage,
+        "seconds": round(seconds, 3),
+        "samples": samples,
+        "samples_per_s": round(samples / seconds, 3) if samples and seconds > 0 else None,
+    }
+    write_json(Path(timings_dir) / f"{stage}.json", record)
+    return record
+
+
+def summarise_timings(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per-stage records -> the timings report: every stage, totals per stage kind and overall."""
+    by_kind: dict[str, float] = {}
+    for stage, record in records.items():
+        kind = stage.split("@", 1)[0]
+        by_kind[kind] = round(by_kind.get(kind, 0.0) + record["seconds"], 3)
+    return {
+        "stages": dict(sorted(records.items())),
+        "by_kind_seconds": dict(sorted(by_kind.items())),
+        "total_seconds": round(sum(r["seconds"] for r in records.values()), 3),
+        "count": len(records),
+    }
+
+
+def collect_timings(timings_dir: str | Path = TIMINGS_DIR) -> dict[str, Any]:
+    """Read every reports/timings/<stage>.json and summarise them."""
+    records = {}
+    for path in sorted(Path(timings_dir).glob("*.json")):
+        record = read_json(path)
+        if not isinstance(record, dict) or not isinstance(record.get("seconds"), int | float):
+            raise InputError(path, "expected a timing record with numeric 'seconds'", field="seconds")
+        records[str(record.get("stage", path.stem))] = record
+    return summarise_timings(records)
+
+
+def timings(timings_dir: str | Path = TIMINGS_DIR, out: str | Path = TIMINGS_FILE) -> dict[str, Any]:
+    """Stage `timings`: collect the per-stage records into reports/timings.json."""
+    report = collect_timings(timings_dir)
+    write_json(out, report)
+    log.info("timings: %d stages, %.1f s in all -> %s", report["count"], report["total_seconds"], out)
+    return report
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in VERSIONED_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def _scale_encoder(params: Params, scale: str, where: str) -> EncoderConfig:
+    if scale not in params.scales:
+        raise ConfigError(f"{where}: scales: unknown scale {scale!r}; known: {sorted(params.scales)}")
+    return getattr(params.active, params.scales[scale])
+
+
+def _checked_params(params_file: str, taxonomy: Taxonomy) -> Params:
+    """Params with the training sections cross-checked, anchor-set rules included (rules labelers only)."""
+    params = load_params(params_file)
+    rules = {}
+    for name, policy in params.policies.items():
+        if policy.labeler == "rules":
+            rules[name] = {rule.name for rule in load_policy(policy.file, taxonomy).rules} | {"default"}
+    registry.validate_branches(
+        params, params_file, policy_rules=rules, coarse_classes=taxonomy.coarse_classes
+    )
+    return params
+
+
+def _read_parquet(path: Path, hint: str) -> pd.DataFrame:
+    if not path.is_file():
+        raise InputError(path, f"file not found; {hint}")
+    return pd.read_parquet(path)
+
+
+def _card_of(folder: str | Path) -> dict[str, Any] | None:
+    path = Path(folder) / CARD_JSON
+    return card_summary(read_json(path)) if path.is_file() else None
+
+
+def _backbone_block(encoder: EncoderConfig, role: str, checkpoint: Path) -> dict[str, Any]:
+    """The backbone as configured, plus what the checkpoint holds (layer count, architecture)."""
+    block: dict[str, Any] = {**dataclasses.asdict(encoder), "role": role}
+    config_file = checkpoint / "config.json"
+    if config_file.is_file():
+        embedded = read_json(config_file).get("encoder") or {}
+        block["model_type"] = embedded.get("model_type")
+        block["hidden_layers"] = embedded.get("num_hidden_layers")
+        block["hidden_size"] = embedded.get("hidden_size")
+    return block
+
+
+def _result_blocks(result: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, int]]:
+    """A TrainResult split into the card's training / environment / run blocks and parameter counts."""
+    fields = result.to_dict()
+    parameters = {k: int(v) for k, v in fields.pop("parameters").items()}
+    run = {k: fields.pop(k) for k in _RUN_FIELDS}
+    environment = {k: fields.pop(k) for k in _ENVIRONMENT_FIELDS}
+    fields.pop("description")  # the card's own description field
+    return fields, environment, run, parameters
+
+
+def _write_card(out_dir: Path, card: dict[str, Any]) -> None:
+    write_json(out_dir / CARD_JSON, card)
+    write_text(out_dir / CARD_MARKDOWN, card_markdown(card))
+
+
+# ------------------------------------------------------------------------------------------------- stages
+
+
+def backbone(
+    scale: str,
+    params_file: str = "params.yaml",
+    models_dir: str | Path = MODELS_DIR,
+    timings_dir: str | Path = TIMINGS_DIR,
+) -> dict[str, Any]:
+    """Stage backbone@<scale>: the scale's encoder + fresh heads (main seed) -> models/<scale>-pretrained."""
+    from guardpolicy.modeling.guard import GuardModel, count_parameters, save_guard
+
+    started = time.perf_counter()
+    params = load_params(params_file)
+    encoder = _scale_encoder(params, scale, params_file)
+    taxonomy = load_taxonomy(TAXONOMY_FILE)
+    seed = registry.main_seed(params)
+    log.info("backbone %s: %s (%s), heads seeded %d", scale, encoder.name, params.scales[scale], seed)
+    model, tokenizer = GuardModel.from_backbone(
+        encoder,
+        seed=seed,
+        coarse_names=list(taxonomy.coarse_classes),
+        pillar_names=list(taxonomy.pillar_names),
+    )
+    out_dir = Path(models_dir) / f"{scale}-{registry.PRETRAINED}"
+    parameters = count_parameters(model)
+    with atomic_dir(out_dir) as tmp:
+        save_guard(model, tokenizer, tmp)
+        card = model_card(
+            name=out_dir.name,
+            kind="backbone",
+            scale=scale,
+            description=f"The {scale} scale's pretrained encoder with fresh heads (seed {seed}).",
+            branch=None,
+            backbone=_backbone_block(encoder, params.scales[scale], tmp),
+            parameters=parameters,
+            examples=None,
+            teacher=None,
+            init={"from": registry.PRETRAINED, "dir": encoder.name, "card": None},
+            data={TAXONOMY_FILE: sha256_file(TAXONOMY_FILE)},
+            seed=seed,
+            params={"scale": params.scales[scale], "encoder": dataclasses.asdict(encoder)},
+            recipe=None,
+            training=None,
+            environment={"versions": library_versions()},
+            run={},
+        )
+        _write_card(tmp, card)
+    seconds = time.perf_counter() - started
+    write_timing(timings_dir, f"backbone@{scale}", seconds, 0)
+    log.info("backbone %s: %d parameters -> %s (%.1f s)", scale, parameters["total"], out_dir, seconds)
+    return card
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """Everything one training run needs besides the data files."""
+
+    name: str
+    kind: str
+    scale: str
+    description: str
+    branch: str | None
+    train_set: str
+    hard_labels: dict[str, float]
+    anchors: tuple[AnchorRequest, ...]
+    teacher: str | None
+    recipe: dict[str, Any]
+    init_dir: Path
+    params: dict[str, Any]
+
+
+def _load_sources(
+    run: _Run, pool_file: str, splits_dir: str, labels_dir: str, teacher_outputs_dir: str
+) -> tuple[ExampleSources, dict[str, str]]:
+    """The frames `run` trains on, and the sha256 of every file read."""
+    split_names = sorted({run.train_set, *(a.config.split for a in run.anchors)})
+    policies = sorted({*run.hard_labels, *(a.config.policy for a in run.anchors)})
+    files = {"pool": Path(pool_file)}
+    files |= {f"split:{s}": Path(splits_dir) / f"{s}.parquet" for s in split_names}
+    files |= {f"labels:{p}": Path(labels_dir) / f"{p}.parquet" for p in policies}
+    if run.teacher is not None:
+        files["teacher"] = Path(teacher_outputs_dir) / f"{run.teacher}.parquet"
+    hints = {
+        "pool": "run `dvc repro pool` first",
+        "split": "run `dvc repro audit` first",
+        "labels": "run `dvc repro label` first",
+        "teacher": f"run `dvc repro teacher@{run.teacher}` first",
+    }
+    frames = {key: _read_parquet(path, hints[key.split(":")[0]]) for key, path in files.items()}
+    sources = ExampleSources(
+        pool=frames["pool"],
+        splits={s: frames[f"split:{s}"] for s in split_names},
+        labels={p: frames[f"labels:{p}"] for p in policies},
+        teacher_logits=frames.get("teacher"),
+        files={key: str(path) for key, path in files.items()},
+    )
+    hashes = {str(path): sha256_file(path) for path in files.values()}
+    hashes[TAXONOMY_FILE] = sha256_file(TAXONOMY_FILE)
+    return sources, hashes
+
+
+def _train_run(
+    run: _Run,
+    params: Params,
+    taxonomy: Taxonomy,
+    *,
+    pool_file: str,
+    splits_dir: str,
+    labels_dir: str,
+    teacher_outputs_dir: str,
+    models_dir: str | Path,
+    work_dir: str | Path,
+    live_dir: str | Path,
+) -> tuple[dict[str, Any], pd.DataFrame, float]:
+    """Assemble the examples, train, write the checkpoint and its card; return (card, examples, seconds)."""
+    from guardpolicy.training.loop import TrainRecipe, train
+
+    if not (run.init_dir / "config.json").is_file():
+        hint = (
+            f"run `dvc repro backbone@{run.scale}` first"
+            if run.init_dir.name.endswith(f"-{registry.PRETRAINED}")
+            else f"run `dvc repro train@{run.init_dir.name}` first"
+        )
+        raise InputError(run.init_dir, f"initial checkpoint not found; {hint}")
+    sources, data_hashes = _load_sources(run, pool_file, splits_dir, labels_dir, teacher_outputs_dir)
+    examples, provenance = build_examples(
+        sources,
+        train_set=run.train_set,
+        hard_labels=run.hard_labels,
+        seed=run.recipe["seed"],
+        taxonomy=taxonomy,
+        anchors=run.anchors,
+    )
+    out_dir = Path(models_dir) / run.name
+    run_work_dir = Path(work_dir) / run.name
+    log.info(
+        "%s %s: %d examples, init %s, trainable %s, teacher %s, %d epoch(s)",
+        run.kind,
+        run.name,
+        len(examples),
+        run.init_dir,
+        run.recipe["trainable"],
+        run.teacher,
+        run.recipe["epochs"],
+    )
+    started = time.perf_counter()
+    result = train(
+        examples,
+        TrainRecipe(**run.recipe),
+        init=run.init_dir,
+        out_dir=out_dir,
+        work_dir=run_work_dir,
+        live_dir=Path(live_dir) / run.name,
+        description=run.name,  # the loop's log and progress-bar label; the card has the long description
+    )
+    seconds = time.perf_counter() - started
+    training, environment, timing, parameters = _result_blocks(result)
+    teacher_block = None
+    if run.teacher is not None:
+        outputs = Path(teacher_outputs_dir) / f"{run.teacher}.parquet"
+        teacher_block = {
+            "policy": run.teacher,
+            "model": registry.teacher_name(run.teacher),
+            "alpha": run.recipe["distill_alpha"],
+            "temperature": run.recipe["distill_temperature"],
+            "outputs_file": str(outputs),
+            "outputs_sha256": data_hashes[str(outputs)],
+            "card": _card_of(Path(models_dir) / registry.teacher_name(run.teacher)),
+        }
+    encoder = _scale_encoder(params, run.scale, "params.yaml")
+    init_from = run.params.get("branch", {}).get("init_from", registry.PRETRAINED)
+    card = model_card(
+        name=run.name,
+        kind=run.kind,
+        scale=run.scale,
+        description=run.description,
+        branch=run.branch,
+        backbone=_backbone_block(encoder, params.scales[run.scale], out_dir),
+        parameters=parameters,
+        examples=provenance,
+        teacher=teacher_block,
+        init={"from": init_from, "dir": str(run.init_dir), "card": _card_of(run.init_dir)},
+        data=data_hashes,
+        seed=run.recipe["seed"],
+        params=run.params,
+        recipe=run.recipe,
+        training=training,
+        environment={**environment, "versions": library_versions()},
+        run={**timing, "stage_train_seconds": round(seconds, 3)},
+    )
+    _write_card(out_dir, card)
+    shutil.rmtree(run_work_dir, ignore_errors=True)
+    return card, examples, seconds
+
+
+def teacher(
+    policy: str,
+    params_file: str = "params.yaml",
+    pool_file: str = POOL_FILE,
+    splits_dir: str = SPLITS_DIR,
+    labels_dir: str = LABELS_DIR,
+    models_dir: str | Path = MODELS_DIR,
+    outputs_dir: str = TEACHER_OUTPUTS_DIR,
+    work_dir: str | Path = WORK_DIR,
+    live_dir: str | Path = LIVE_DIR,
+    timings_dir: str | Path = TIMINGS_DIR,
+) -> dict[str, Any]:
+    """Stage teacher@<policy>: train the teacher, write its card, cache its logits over train + calib."""
+    from guardpolicy.training.predict import predict
+
+    started = time.perf_counter()
+    taxonomy = load_taxonomy(TAXONOMY_FILE)
+    params = _checked_params(params_file, taxonomy)
+    if policy not in params.teachers:
+        raise ConfigError(f"{params_file}: teachers: no teacher {policy!r}; known: {sorted(params.teachers)}")
+    config = params.teachers[policy]
+    seed = registry.main_seed(params)
+    run = _Run(
+        name=registry.teacher_name(policy),
+        kind="teacher",
+        scale=config.scale,
+        description=(
+            f"Teacher for policy {policy}: the {config.scale} scale, {config.trainable} fine-tuning on 100 % "
+            f"of {policy}'s hard labels of the {config.train_set} split."
+        ),
+        branch=None,
+        train_set=config.train_set,
+        hard_labels={policy: 1.0},
+        anchors=(),
+        teacher=None,
+        recipe=registry.recipe_fields(
+            params,
+            seed=seed,
+            trainable=config.trainable,
+            epochs=config.epochs,
+            learning_rate=config.learning_rate,
+            distill_alpha=None,
+        ),
+        init_dir=Path(models_dir) / f"{config.scale}-{registry.PRETRAINED}",
+        params={"teacher": dataclasses.asdict(config), "training": dataclasses.asdict(params.training)},
+    )
+    card, examples, train_seconds = _train_run(
+        run,
+        params,
+        taxonomy,
+        pool_file=pool_file,
+        splits_dir=splits_dir,
+        labels_dir=labels_dir,
+        teacher_outputs_dir=outputs_dir,
+        models_dir=models_dir,
+        work_dir=work_dir,
+        live_dir=live_dir,
+    )
+
+    pool = _read_parquet(Path(pool_file), "run `dvc repro pool` first").set_index("id")["prompt"]
+    ids = pd.concat(
+        [
+            _read_parquet(Path(splits_dir) / f"{s}.parquet", "run `dvc repro audit` first")["id"]
+            for s in TEACHER_OUTPUT_SPLITS
+        ]
+    )
+    ids = ids.astype("str").sort_values().reset_index(drop=True)
+    log.info("teacher %s: predicting %d prompts of %s", policy, len(ids), "+".join(TEACHER_OUTPUT_SPLITS))
+    predicted_at = time.perf_counter()
+    outputs = predict(
+        Path(models_dir) / run.name,
+        pool.loc[ids].tolist(),
+        batch_size=params.training.predict_batch_size,
+        max_length=run.recipe["max_length"],
+        precision=run.recipe["precision"],
+    )
+    logits = outputs["coarse_logits"].astype("float32")  # [N, 4]
+    table = pa.table(
+        {
+            "id": pa.array(ids.tolist(), pa.string()),
+            "logits": pa.array(logits.tolist(), pa.list_(pa.float32())),
+        }
+    )
+    out_file = Path(outputs_dir) / f"{policy}.parquet"
+    write_parquet(out_file, table)
+    predict_seconds = time.perf_counter() - predicted_at
+    seconds = time.perf_counter() - started
+    samples = len(examples) * run.recipe["epochs"] + len(ids)
+    write_timing(timings_dir, f"teacher@{policy}", seconds, samples)
+    log.info(
+        "teacher %s: trained in %.1f s, %d logits in %.1f s -> %s",
+        policy,
+        train_seconds,
+        len(ids),
+        predict_seconds,
+        out_file,
+    )
+    return card
+
+
+def train(
+    model_name: str,
+    params_file: str = "params.yaml",
+    plan_file: str = registry.PLAN_FILE,
+    pool_file: str = POOL_FILE,
+    splits_dir: str = SPLITS_DIR,
+    labels_dir: str = LABELS_DIR,
+    teacher_outputs_dir: str = TEACHER_OUTPUTS_DIR,
+    models_dir: str | Path = MODELS_DIR,
+    work_dir: str | Path = WORK_DIR,
+    live_dir: str | Path = LIVE_DIR,
+    timings_dir: str | Path = TIMINGS_DIR,
+) -> dict[str, Any]:
+    """Stage train@<model>: train one planned model (a scale x branch x seed) -> models/<model> + card."""
+    started = time.perf_counter()
+    taxonomy = load_taxonomy(TAXONOMY_FILE)
+    params = _checked_params(params_file, taxonomy)
+    plan = registry.check_plan(params, plan_file, params_file)
+    if model_name not in plan:
+        raise ConfigError(f"{plan_file}: no model {model_name!r}; planned: {sorted(plan)}")
+    entry = plan[model_name]
+    branch_name = entry["branch"]
+    branch = params.branches[branch_name]
+    anchors = tuple(
+        AnchorRequest(name, params.anchor_sets[name], resolve_anchor_count(count, params.active.pool_size))
+        for name, count in sorted(branch.anchors.items())
+    )
+    used_sets = {a.name: dataclasses.asdict(a.config) for a in anchors}
+    run = _Run(
+        name=model_name,
+        kind="branch",
+        scale=entry["scale"],
+        description=branch.description,
+        branch=branch_name,
+        train_set=branch.train_set,
+        hard_labels=dict(branch.hard_labels),
+        anchors=anchors,
+        teacher=branch.teacher,
+        recipe=registry.recipe_fields(
+            params,
+            seed=entry["seed"],
+            trainable=branch.trainable,
+            epochs=branch.epochs,
+            learning_rate=branch.learning_rate,
+            distill_alpha=registry.branch_alpha(params, branch_name),
+        ),
+        # The plan names folders under models/ (what dvc.yaml depends on); follow `models_dir` if moved.
+        init_dir=Path(models_dir) / Path(entry["init_dir"]).relative_to(MODELS_DIR),
+        params={
+            "branch": dataclasses.asdict(branch),
+            "anchor_sets": used_sets,
+            "training": dataclasses.asdict(params.training),
+        },
+    )
+    card, examples, _ = _train_run(
+        run,
+        params,
+        taxonomy,
+        pool_file=pool_file,
+        splits_dir=splits_dir,
+        labels_dir=labels_dir,
+        teacher_outputs_dir=teacher_outputs_dir,
+        models_dir=models_dir,
+        work_dir=work_dir,
+        live_dir=live_dir,
+    )
+    seconds = time.perf_counter() - started
+    write_timing(timings_dir, f"train@{model_name}", seconds, len(examples) * run.recipe["epochs"])
+    log.info("train %s: done in %.1f s -> %s", model_name, seconds, Path(models_dir) / model_name)
+    return card

@@ -1,0 +1,1 @@
+"""Training the guard: one loop for three policy paths (hard labels, distillation, head-only calibration)."""
