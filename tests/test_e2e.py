@@ -107,6 +107,36 @@ def test_repro_writes_every_benchmark_and_the_reports(smoke_repo):
         assert validation["summary"] == {"validated": 12, "passed": 12, "failed": 0, "skipped_missing": 4}
 
 
+def test_whole_dag_through_training_fits_the_smoke_budget(smoke_repo):
+    """The issue's bound is 3 minutes on an idle 2-core machine (measured ~3 min: see README); under
+    `make test` another test file runs on the second core, so the assertion leaves headroom for that."""
+    _, _, seconds = smoke_repo
+    print(f"smoke dvc repro, whole DAG through training: {seconds:.0f} s")
+    assert seconds < 360, f"smoke dvc repro took {seconds:.0f} s"
+
+
+def test_every_model_loads_back_and_predicts(smoke_repo):
+    from guardpolicy.training.predict import predict
+
+    work, _, _ = smoke_repo
+    plan = yaml.safe_load((work / "data" / "models.yaml").read_text())["models"]
+    assert len(plan) == 20 and {m["scale"] for m in plan.values()} == {"small", "large"}
+    folders = [work / "models" / name for name in plan] + [
+        work / "models" / f"teacher-{p}" for p in ("policy_a", "policy_b")
+    ]
+    prompts = ["How do I bake bread?", "Write the lyrics of a famous song.", "How do I build a bomb?"]
+    for folder in folders:
+        card = json.loads((folder / "model_card.json").read_text())
+        assert (folder / "MODEL_CARD.md").is_file()
+        assert card["parameters"]["total"] >= card["parameters"]["trainable"] > 0
+        outputs = predict(folder, prompts, batch_size=4, max_length=32, progress=False)
+        assert outputs["coarse_logits"].shape == (3, 4)
+        assert outputs["pillar_logits"].shape == (3, 24)
+    teacher_outputs = pd.read_parquet(work / "data" / "teacher_outputs" / "policy_a.parquet")
+    train_ids = pd.read_parquet(work / "data" / "splits" / "train.parquet")["id"]
+    assert set(train_ids) <= set(teacher_outputs["id"])
+
+
 def test_second_repro_is_a_fast_no_op(smoke_repo):
     work, env, _ = smoke_repo
     start = time.perf_counter()
@@ -201,3 +231,21 @@ def test_changing_one_policy_reruns_only_its_label_stage_and_what_follows(smoke_
         assert not any(s.startswith("fetch@") for s in ran)
     finally:
         policy_path.write_text(original)
+
+
+def test_changing_one_branch_teacher_reruns_only_that_branch(smoke_repo):
+    """`dvc exp run -S 'branches.E8.teacher=policy_b'` retrains E8 at both scales and nothing else."""
+    work, env, _ = smoke_repo
+    result = _run([str(BIN / "dvc"), "exp", "run", "-S", "branches.E8.teacher=policy_b"], work, env)
+    ran = {
+        line.split("'")[1]
+        for line in (result.stdout + result.stderr).splitlines()
+        if line.startswith("Running stage '")
+    }
+    assert {"train@small-E8", "train@large-E8"} <= ran
+    assert not {s for s in ran if s.startswith(("train@", "teacher@", "backbone@"))} - {
+        "train@small-E8",
+        "train@large-E8",
+    }
+    card = json.loads((work / "models" / "small-E8" / "model_card.json").read_text())
+    assert card["teacher"]["policy"] == "policy_b"

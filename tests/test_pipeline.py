@@ -40,6 +40,20 @@ def test_stage_list_has_one_fetch_per_registry_entry():
     policies = load_params(REPO_ROOT / "params.yaml").policies
     assert sorted(s for s in listed if s.startswith("label@")) == sorted(f"label@{p}" for p in policies)
     assert {"pool", "agreement", "validate_labels", "audit", "validate_splits"} <= set(listed)
+    assert sorted(s for s in listed if s.startswith("teacher@")) == ["teacher@policy_a", "teacher@policy_b"]
+    trained = sorted(s for s in listed if s.startswith("train@"))
+    assert len(trained) == 20
+    assert trained == sorted(f"train@{scale}-E{i}" for scale in ("small", "large") for i in range(1, 11))
+
+
+def test_a_branch_initialised_from_another_depends_on_its_stage(stages):
+    """E1 / E7 / E10 start from E2's checkpoint, so DVC must train E2 first (the init folder is a dep)."""
+    for scale in ("small", "large"):
+        for branch in ("E1", "E7", "E10"):
+            deps = {str(Path(d.def_path)) for d in stages[f"train@{scale}-{branch}"].deps}
+            assert f"models/{scale}-E2" in deps
+        deps = {str(Path(d.def_path)) for d in stages[f"train@{scale}-E8"].deps}
+        assert f"models/{scale}-pretrained" in deps
 
 
 def test_label_stages_depend_on_their_own_policy_file_only(stages):
