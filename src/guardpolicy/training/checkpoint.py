@@ -24,22 +24,14 @@ import torch
 
 from guardpolicy.config import EncoderConfig
 from guardpolicy.io import atomic_path, sha256_file
+from guardpolicy.training.datasets import LEARNED_COLUMNS
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.pt"
 LIVE_SNAPSHOT = "live"
 # Columns of the examples frame that decide what a run learns (and therefore its fingerprint).
-FINGERPRINT_COLUMNS = (
-    "id",
-    "prompt",
-    "coarse",
-    "pillars",
-    "span_start",
-    "span_end",
-    "teacher_logits",
-    "weight",
-)
+FINGERPRINT_COLUMNS = LEARNED_COLUMNS
 
 
 def _jsonable(value: Any) -> Any:

@@ -29,7 +29,8 @@ from guardpolicy.taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
 
-EXAMPLE_COLUMNS = (
+# The columns a run learns from (the training loop's input, and its resume fingerprint).
+LEARNED_COLUMNS = (
     "id",
     "prompt",
     "coarse",
@@ -38,9 +39,9 @@ EXAMPLE_COLUMNS = (
     "span_end",
     "teacher_logits",
     "weight",
-    "label_policy",
-    "role",
 )
+# Plus provenance the loop ignores: which policy labelled the row, and whether it is a mix row or an anchor.
+EXAMPLE_COLUMNS = (*LEARNED_COLUMNS, "label_policy", "role")
 MIX_ROLE = "mix"
 LOGITS_WIDTH = 4
 _EXAMPLE_IDS_SHOWN = 3
