@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export GX_ANALYTICS_ENABLED := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro test test-all lint clean
+.PHONY: setup repro test test-all lint diff clean
 
 # Re-install when the dependency list changes. torch goes first and alone so that pip takes the pinned
 # wheel (the local CPU build here) instead of letting a dependency pull a multi-GB CUDA build.
@@ -30,6 +30,13 @@ test: setup
 
 test-all: setup
 	python -m pytest -m ''
+
+# The workspace against a git revision or an experiment: `make diff` (HEAD), `make diff REV=main`,
+# `make diff REV=<exp name>` -> reports/diff.md (headline changes, dvc params diff, dvc metrics diff).
+REV ?= HEAD
+diff: setup
+	guardpolicy diff --rev $(REV) --out reports/diff.md
+	@cat reports/diff.md
 
 lint: setup
 	ruff check .

@@ -4,7 +4,8 @@ Reads params `teachers.<policy>`, `training`, `scales`, `policies` and `anchor_s
 profile's size knobs, data/taxonomy.yaml, data/pool/pool.parquet, data/splits/{train,calib}.parquet,
 data/labels/<policy>.parquet and models/<scale>-pretrained. Writes models/teacher-<policy> (checkpoint +
 card), data/teacher_outputs/<policy>.parquet (id, logits: 4 float32 over the train and calib prompts), the
-dvclive logs reports/training/teacher-<policy>/ and the timing record reports/timings/teacher@<policy>.json.
+dvclive logs reports/training/teacher-<policy>/ (the runner writes the timing record
+reports/timings/teacher@<policy>.json).
 
     python pipelines/teacher.py policy_a
 """
@@ -21,7 +22,6 @@ from guardpolicy.stages.train import (
     POOL_FILE,
     SPLITS_DIR,
     TEACHER_OUTPUTS_DIR,
-    TIMINGS_DIR,
     teacher,
 )
 
@@ -35,7 +35,6 @@ def main(
     models_dir: str = MODELS_DIR,
     outputs_dir: str = TEACHER_OUTPUTS_DIR,
     live_dir: str = LIVE_DIR,
-    timings_dir: str = TIMINGS_DIR,
 ) -> None:
     teacher(
         policy,
@@ -46,7 +45,6 @@ def main(
         models_dir=models_dir,
         outputs_dir=outputs_dir,
         live_dir=live_dir,
-        timings_dir=timings_dir,
     )
 
 

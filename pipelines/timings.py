@@ -1,7 +1,8 @@
 """Stage timings: the per-stage timing records (reports/timings/<stage>.json) -> reports/timings.json.
 
-Reads every record under reports/timings/ (written by backbone@, teacher@ and train@); writes the metric
-reports/timings.json: seconds, samples and samples/s per stage, totals per stage kind and overall.
+Reads every record under reports/timings/ (the runner writes one for every stage DVC runs: process wall
+seconds including imports, plus the main work's seconds and samples where a stage notes them); writes the
+metric reports/timings.json: per stage, totals per stage kind and overall.
 
     python pipelines/timings.py
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import fire
 
 from guardpolicy.runner import guarded
-from guardpolicy.stages.train import TIMINGS_DIR, TIMINGS_FILE, timings
+from guardpolicy.timing import TIMINGS_DIR, TIMINGS_FILE, timings
 
 
 def main(timings_dir: str = TIMINGS_DIR, out: str = TIMINGS_FILE) -> None:

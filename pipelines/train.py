@@ -5,7 +5,8 @@ Reads params `branches` (its own entry; the whole registry is cross-checked), `a
 run `guardpolicy plan` after changing init_from, scales or seeds), data/taxonomy.yaml, the pool, the branch's
 splits and label files, data/teacher_outputs/<teacher>.parquet when it distils, and its initial checkpoint
 (models/<scale>-pretrained or models/<scale>-<init branch>). Writes models/<model> (checkpoint + card), the
-dvclive logs reports/training/<model>/ and the timing record reports/timings/train@<model>.json.
+dvclive logs reports/training/<model>/ (the runner writes the timing record
+reports/timings/train@<model>.json).
 
     python pipelines/train.py small-E2
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import fire
 
 from guardpolicy.runner import guarded
-from guardpolicy.stages.train import LIVE_DIR, MODELS_DIR, TEACHER_OUTPUTS_DIR, TIMINGS_DIR, train
+from guardpolicy.stages.train import LIVE_DIR, MODELS_DIR, TEACHER_OUTPUTS_DIR, train
 from guardpolicy.training.branches import PLAN_FILE
 
 
@@ -26,7 +27,6 @@ def main(
     teacher_outputs_dir: str = TEACHER_OUTPUTS_DIR,
     models_dir: str = MODELS_DIR,
     live_dir: str = LIVE_DIR,
-    timings_dir: str = TIMINGS_DIR,
 ) -> None:
     train(
         model,
@@ -35,7 +35,6 @@ def main(
         teacher_outputs_dir=teacher_outputs_dir,
         models_dir=models_dir,
         live_dir=live_dir,
-        timings_dir=timings_dir,
     )
 
 

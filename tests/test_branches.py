@@ -16,8 +16,8 @@ from conftest import REPO_ROOT
 
 from guardpolicy.config import AnchorSetConfig, Params, from_mapping, load_params
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.stages.train import collect_timings, write_timing
 from guardpolicy.taxonomy import load_taxonomy
+from guardpolicy.timing import collect_timings, stage_record, write_stage_record
 from guardpolicy.training import branches as registry
 from guardpolicy.training.cards import REQUIRED_FIELDS, card_markdown, card_summary, model_card
 from guardpolicy.training.datasets import (
@@ -54,7 +54,9 @@ def test_real_registry_plans_twenty_models_with_their_init_dirs() -> None:
     assert set(order) == {f"E{i}" for i in range(1, 11)}
     assert order.index("E2") < min(order.index(b) for b in HEAD_BRANCHES)
     plan = registry.plan_models(params)
-    assert len(plan) == 20
+    # 2 scales x 10 branches, plus the default noise floor: E8 at seeds 43 and 44, small scale only.
+    assert len(plan) == 22
+    assert {name for name, entry in plan.items() if entry["seed"] != 42} == {"small-E8-s43", "small-E8-s44"}
     for scale in ("small", "large"):
         for i in range(1, 11):
             entry = plan[f"{scale}-E{i}"]
@@ -162,7 +164,7 @@ def test_head_only_branch_from_pretrained_is_allowed_with_a_warning(caplog: pyte
 
 
 def test_noise_floor_seeds_train_the_lineage_too() -> None:
-    params = _params(lambda d: d["noise_floor"].update(branches=["E1"], seeds=[43]))
+    params = _params(lambda d: d["noise_floor"].update(branches=["E1"], seeds=[43], scales=[]))
     plan = registry.plan_models(params)
     assert len(plan) == 24
     assert plan["small-E1-s43"] == {
@@ -173,6 +175,32 @@ def test_noise_floor_seeds_train_the_lineage_too() -> None:
     }
     assert plan["large-E2-s43"]["init_dir"] == "models/large-pretrained"
     assert "small-E3-s43" not in plan
+    only_small = registry.plan_models(
+        _params(lambda d: d["noise_floor"].update(branches=["E1"], seeds=[43], scales=["small"]))
+    )
+    assert len(only_small) == 22 and "large-E2-s43" not in only_small
+    with pytest.raises(ConfigError, match=r"noise_floor.scales: unknown scale 'huge'"):
+        registry.plan_models(_params(lambda d: d["noise_floor"].update(scales=["huge"])))
+
+
+def test_evaluation_plan_covers_teachers_and_models_and_reuses_frozen_backbones() -> None:
+    document = registry.plan_document(load_params(PARAMS))
+    evaluations = document["evaluations"]
+    assert set(evaluations) == set(document["models"]) | {"teacher-policy_a", "teacher-policy_b"}
+    assert evaluations["teacher-policy_a"]["kind"] == "teacher"
+    assert evaluations["small-E8-s43"]["recipe"] == "small-E8" and evaluations["small-E8-s43"]["seed"] == 43
+    # Head-only branches read their init model's cached features; the others name their own folder.
+    for scale in ("small", "large"):
+        for branch in HEAD_BRANCHES:
+            assert evaluations[f"{scale}-{branch}"]["features"] == f"data/features/{scale}-E2.npz"
+        assert evaluations[f"{scale}-E8"]["features"] == f"models/{scale}-E8"
+    assert document["feature_models"] == {
+        "large-E2": {"model_dir": "models/large-E2"},
+        "small-E2": {"model_dir": "models/small-E2"},
+    }
+    no_reuse = registry.plan_document(_params(lambda d: d["evaluation"].update(reuse_frozen_backbone=False)))
+    assert no_reuse["feature_models"] == {}
+    assert no_reuse["evaluations"]["small-E1"]["features"] == "models/small-E1"
 
 
 def test_plan_file_staleness(tmp_path: Path) -> None:
@@ -181,17 +209,21 @@ def test_plan_file_staleness(tmp_path: Path) -> None:
     params_file.write_text(PARAMS.read_text(encoding="utf-8"), encoding="utf-8")
     registry.write_plan(str(params_file), str(plan_file))
     assert yaml.safe_load(plan_file.read_text())["models"] == registry.plan_models(load_params(params_file))
-    assert len(registry.check_plan(load_params(params_file), plan_file)) == 20
+    assert len(registry.check_plan(load_params(params_file), plan_file)) == 22
 
     changed = _params(lambda d: d["branches"]["E7"].update(init_from="E4"))
     with pytest.raises(ConfigError) as info:
         registry.check_plan(changed, plan_file)
     message = str(info.value)
-    assert "is out of date with params.yaml branches: run `guardpolicy plan`" in message
+    assert "is out of date with params.yaml: run `guardpolicy plan`" in message
     assert "small-E7" in message
     # A change that does not move the DAG (a teacher, a share) leaves the plan current.
     same_dag = _params(lambda d: d["branches"]["E8"].update(teacher="policy_b"))
     registry.check_plan(same_dag, plan_file)
+    # The evaluation half of the plan is checked too.
+    no_reuse = _params(lambda d: d["evaluation"].update(reuse_frozen_backbone=False))
+    with pytest.raises(ConfigError, match=r"evaluations differ in \['large-E1'"):
+        registry.check_plan(no_reuse, plan_file)
     with pytest.raises(ConfigError, match="missing: run `guardpolicy plan`"):
         registry.check_plan(changed, tmp_path / "absent.yaml")
 
@@ -516,13 +548,31 @@ def test_card_summary_of_an_init_card() -> None:
 
 
 def test_collect_timings(tmp_path: Path) -> None:
-    write_timing(tmp_path, "train@small-E2", 10.0, 500)
-    write_timing(tmp_path, "train@small-E1", 2.0, 100)
-    write_timing(tmp_path, "teacher@policy_a", 30.0, 900)
+    for stage, seconds, work in (
+        ("train@small-E2", 10.0, {"seconds": 5.0, "samples": 500}),
+        ("train@small-E1", 2.0, {"seconds": 1.0, "samples": 100}),
+        ("teacher@policy_a", 30.0, {"seconds": 18.0, "samples": 900}),
+        ("pipelines/baselines/dvc.yaml:audit", 3.0, None),
+    ):
+        record = stage_record(stage, seconds, work)
+        (tmp_path / f"{record['stage']}.json").write_text(json.dumps(record), encoding="utf-8")
     report = collect_timings(tmp_path)
-    assert report["count"] == 3 and report["total_seconds"] == 42.0
-    assert report["by_kind_seconds"] == {"teacher": 30.0, "train": 12.0}
-    assert report["stages"]["train@small-E2"]["samples_per_s"] == 50.0
+    assert report["count"] == 4 and report["total_seconds"] == 45.0
+    assert report["by_kind_seconds"] == {"audit": 3.0, "teacher": 30.0, "train": 12.0}
+    # The rate is over the noted work, not over the process time that includes imports.
+    assert report["stages"]["train@small-E2"]["samples_per_s"] == 100.0
+    assert report["stages"]["audit"]["samples_per_s"] is None
     (tmp_path / "broken.json").write_text('{"stage": "x"}', encoding="utf-8")
     with pytest.raises(InputError, match=r"broken.json, field 'seconds'"):
         collect_timings(tmp_path)
+
+
+def test_a_stage_run_by_dvc_leaves_its_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    assert write_stage_record(tmp_path) is None
+    monkeypatch.setenv("DVC_STAGE", "fetch@xstest")
+    path = write_stage_record(tmp_path)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    assert path.name == "fetch@xstest.json" and record["stage"] == "fetch@xstest"
+    # Process time since interpreter start: positive and well below an hour for a test process.
+    assert 0.0 < record["seconds"] < 3600.0

@@ -1,7 +1,7 @@
 """End to end: copy the repository into a fresh git repository and run the real `dvc repro` on the smoke
-profile, then check the outputs, the metrics and that a second `dvc repro` is a fast no-op.
-
-Later issues extend the DAG; this test grows with it.
+profile — first the DAG through training (timed against the issue's 3-minute bound), then the rest:
+evaluation, analysis, the report — and check the outputs, the metrics, the timing records, that a second
+`dvc repro` is a fast no-op, which stages an edit reruns, and that `guardpolicy diff` reads an experiment.
 """
 
 from __future__ import annotations
@@ -58,8 +58,19 @@ def _copy_repository(destination: Path) -> None:
             shutil.copy2(source, target)
 
 
+GIT_IDENTITY = ["-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid"]
+
+
+def _ran_stages(result: subprocess.CompletedProcess) -> set[str]:
+    return {
+        line.split("'")[1]
+        for line in (result.stdout + result.stderr).splitlines()
+        if line.startswith("Running stage '")
+    }
+
+
 @pytest.fixture(scope="module")
-def smoke_repo(tmp_path_factory) -> tuple[Path, dict[str, str], float]:
+def smoke_repo(tmp_path_factory) -> tuple[Path, dict[str, str], float, float]:
     work = tmp_path_factory.mktemp("e2e") / "repo"
     work.mkdir()
     _copy_repository(work)
@@ -68,17 +79,24 @@ def smoke_repo(tmp_path_factory) -> tuple[Path, dict[str, str], float]:
     env.pop("DVC_SITE_CACHE_DIR", None)
     for args in (
         ["git", "init", "-q"],
-        ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid", "add", "-A"],
-        ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid", "commit", "-qm", "e2e"],
+        ["git", *GIT_IDENTITY, "add", "-A"],
+        ["git", *GIT_IDENTITY, "commit", "-qm", "e2e"],
     ):
         _run(args, work, env)
     start = time.perf_counter()
+    _run([str(BIN / "dvc"), "repro", "train", "teacher"], work, env)
+    through_training = time.perf_counter() - start
+    start = time.perf_counter()
     _run([str(BIN / "dvc"), "repro"], work, env)
-    return work, env, time.perf_counter() - start
+    rest = time.perf_counter() - start
+    # Commit the run (dvc.lock and the cache: false metrics), as a user would, so experiments diff against it.
+    for args in (["git", *GIT_IDENTITY, "add", "-A"], ["git", *GIT_IDENTITY, "commit", "-qm", "smoke run"]):
+        _run(args, work, env)
+    return work, env, through_training, rest
 
 
 def test_repro_writes_every_benchmark_and_the_reports(smoke_repo):
-    work, _, _ = smoke_repo
+    work, *_ = smoke_repo
     report = json.loads((work / "reports" / "benchmarks.json").read_text())
     validation = json.loads((work / "reports" / "validation" / "benchmarks.json").read_text())
     names = set(yaml.safe_load((work / "data" / "benchmarks.yaml").read_text())["benchmarks"])
@@ -108,19 +126,56 @@ def test_repro_writes_every_benchmark_and_the_reports(smoke_repo):
 
 
 def test_whole_dag_through_training_fits_the_smoke_budget(smoke_repo):
-    """The issue's bound is 3 minutes on an idle 2-core machine (measured ~3 min: see README); under
+    """The issue's bound is 3 minutes on an idle 2-core machine (see README for the measured time); under
     `make test` another test file runs on the second core, so the assertion leaves headroom for that."""
-    _, _, seconds = smoke_repo
-    print(f"smoke dvc repro, whole DAG through training: {seconds:.0f} s")
-    assert seconds < 360, f"smoke dvc repro took {seconds:.0f} s"
+    _, _, through_training, rest = smoke_repo
+    print(f"smoke dvc repro: through training {through_training:.0f} s, evaluation to report {rest:.0f} s")
+    assert through_training < 360, f"smoke dvc repro through training took {through_training:.0f} s"
+    assert rest < 360, f"smoke dvc repro from evaluation to the report took {rest:.0f} s"
+
+
+def test_every_stage_left_a_timing_record(smoke_repo):
+    work, env, *_ = smoke_repo
+    listed = _run([str(BIN / "dvc"), "stage", "list", "--name-only"], work, env).stdout.split()
+    timings = json.loads((work / "reports" / "timings.json").read_text())
+    assert set(timings["stages"]) == set(listed) - {"timings"}
+    assert timings["stages"]["train@small-E2"]["samples_per_s"] > 0
+    assert timings["total_seconds"] == pytest.approx(
+        sum(r["seconds"] for r in timings["stages"].values()), abs=0.1
+    )
+
+
+def test_every_model_is_evaluated_and_the_report_is_written(smoke_repo):
+    work, env, *_ = smoke_repo
+    evaluations = yaml.safe_load((work / "data" / "models.yaml").read_text())["evaluations"]
+    assert len(evaluations) == 24
+    for name in evaluations:
+        predictions = pd.read_parquet(work / "reports" / "eval" / name / "predictions.parquet")
+        metrics = json.loads((work / "reports" / "eval" / name / "metrics.json").read_text())
+        assert set(predictions["model"]) == {name} and "split:val" in set(predictions["dataset"])
+        assert metrics["model"] == name and "copy" in metrics["headline"]
+        head_only = evaluations[name]["features"].endswith(".npz")
+        assert bool(predictions["span_computed"].any()) is not head_only
+    summary = json.loads((work / "reports" / "analysis" / "summary.json").read_text())
+    assert summary["models"] == 24 and "harmbench_copyright" in summary["span"]
+    assert summary["copyright_vs_noise"]["verdict"]
+    report = (work / "reports" / "REPORT.md").read_text()
+    for heading in ("Table 1", "noise floor", "Contamination", "rank test", "Spearman"):
+        assert heading.lower() in report.lower(), heading
+    for figure in ("span_vs_floor.png", "cap_vs_overref.png", "agreement_heatmap.png"):
+        assert (work / "reports" / "figures" / figure).read_bytes()[:4] == b"\x89PNG"
+    shown = json.loads(_run([str(BIN / "dvc"), "metrics", "show", "--json"], work, env).stdout)
+    files = next(iter(shown.values()))["data"]
+    assert "reports/analysis/summary.json" in files
+    assert {f"reports/eval/{name}/metrics.json" for name in evaluations} <= set(files)
 
 
 def test_every_model_loads_back_and_predicts(smoke_repo):
     from guardpolicy.training.predict import predict
 
-    work, _, _ = smoke_repo
+    work, *_ = smoke_repo
     plan = yaml.safe_load((work / "data" / "models.yaml").read_text())["models"]
-    assert len(plan) == 20 and {m["scale"] for m in plan.values()} == {"small", "large"}
+    assert len(plan) == 22 and {m["scale"] for m in plan.values()} == {"small", "large"}
     folders = [work / "models" / name for name in plan] + [
         work / "models" / f"teacher-{p}" for p in ("policy_a", "policy_b")
     ]
@@ -138,7 +193,7 @@ def test_every_model_loads_back_and_predicts(smoke_repo):
 
 
 def test_second_repro_is_a_fast_no_op(smoke_repo):
-    work, env, _ = smoke_repo
+    work, env, *_ = smoke_repo
     start = time.perf_counter()
     result = _run([str(BIN / "dvc"), "repro"], work, env)
     elapsed = time.perf_counter() - start
@@ -147,7 +202,7 @@ def test_second_repro_is_a_fast_no_op(smoke_repo):
 
 
 def test_metrics_show_prints_the_benchmark_report(smoke_repo):
-    work, env, _ = smoke_repo
+    work, env, *_ = smoke_repo
     shown = _run([str(BIN / "dvc"), "metrics", "show", "--json"], work, env).stdout
     metrics = json.loads(shown)
     files = next(iter(metrics.values()))["data"]
@@ -156,7 +211,7 @@ def test_metrics_show_prints_the_benchmark_report(smoke_repo):
 
 
 def test_changing_one_registry_entry_reruns_only_its_stage(smoke_repo):
-    work, env, _ = smoke_repo
+    work, env, *_ = smoke_repo
     registry_path = work / "data" / "benchmarks.yaml"
     original = registry_path.read_text()
     try:
@@ -172,7 +227,7 @@ def test_changing_one_registry_entry_reruns_only_its_stage(smoke_repo):
 
 
 def test_repro_builds_pool_labels_agreement_audit_and_splits(smoke_repo):
-    work, _, _ = smoke_repo
+    work, *_ = smoke_repo
     pool = pd.read_parquet(work / "data" / "pool" / "pool.parquet")
     pool_report = json.loads((work / "reports" / "pool.json").read_text())
     assert len(pool) == 300 and pool["id"].is_unique
@@ -205,47 +260,59 @@ def test_repro_builds_pool_labels_agreement_audit_and_splits(smoke_repo):
 
 
 def test_dag_has_one_label_stage_per_policy(smoke_repo):
-    work, env, _ = smoke_repo
+    work, env, *_ = smoke_repo
     dag = _run([str(BIN / "dvc"), "dag"], work, env).stdout
     assert "label@policy_a" in dag and "label@policy_b" in dag
 
 
 def test_changing_one_policy_reruns_only_its_label_stage_and_what_follows(smoke_repo):
-    """Edit one rule of policy A: label@policy_a and its descendants rerun; pool and label@policy_b do not."""
-    work, env, _ = smoke_repo
+    """Edit one rule of policy A: label@policy_a and its descendants rerun; pool and label@policy_b do not.
+
+    A dry run with --force-downstream lists exactly what a real `dvc repro` would run once the new labels
+    differ (everything downstream of label@policy_a), without retraining every model inside the test.
+    """
+    work, env, *_ = smoke_repo
     policy_path = work / "data" / "policies" / "policy_a.yaml"
     original = policy_path.read_text()
     rule = "  - name: borderline\n    when: {any: [borderline]}\n    coarse: HARMFUL"
     assert rule in original
     policy_path.write_text(original.replace(rule, rule.replace("HARMFUL", "BOUNDARY_SAFE")))
     try:
-        result = _run([str(BIN / "dvc"), "repro"], work, env)
-        ran = {
-            line.split("'")[1]
-            for line in (result.stdout + result.stderr).splitlines()
-            if line.startswith("Running stage '")
-        }
+        ran = _ran_stages(_run([str(BIN / "dvc"), "repro", "--dry", "--force-downstream"], work, env))
         assert "label@policy_a" in ran
-        assert {"agreement", "validate_labels", "audit"} <= ran
+        assert {
+            "agreement",
+            "validate_labels",
+            "audit",
+            "teacher@policy_a",
+            "train@small-E2",
+            "analyse",
+        } <= ran
         assert not ran & {"pool", "label@policy_b", "benchmarks_report", "validate_benchmarks"}
         assert not any(s.startswith("fetch@") for s in ran)
     finally:
         policy_path.write_text(original)
 
 
-def test_changing_one_branch_teacher_reruns_only_that_branch(smoke_repo):
-    """`dvc exp run -S 'branches.E8.teacher=policy_b'` retrains E8 at both scales and nothing else."""
-    work, env, _ = smoke_repo
+def test_changing_one_branch_teacher_reruns_only_that_branch_and_diff_shows_it(smoke_repo):
+    """`dvc exp run -S 'branches.E8.teacher=policy_b'` retrains E8 (both scales and its noise-floor seeds),
+    re-evaluates those models and re-runs the analysis and report — nothing else; `guardpolicy diff`
+    then writes a Markdown comparison with the committed run."""
+    work, env, *_ = smoke_repo
     result = _run([str(BIN / "dvc"), "exp", "run", "-S", "branches.E8.teacher=policy_b"], work, env)
-    ran = {
-        line.split("'")[1]
-        for line in (result.stdout + result.stderr).splitlines()
-        if line.startswith("Running stage '")
+    ran = _ran_stages(result)
+    e8_models = {"small-E8", "large-E8", "small-E8-s43", "small-E8-s44"}
+    assert {s for s in ran if s.startswith(("train@", "teacher@", "backbone@"))} == {
+        f"train@{m}" for m in e8_models
     }
-    assert {"train@small-E8", "train@large-E8"} <= ran
-    assert not {s for s in ran if s.startswith(("train@", "teacher@", "backbone@"))} - {
-        "train@small-E8",
-        "train@large-E8",
+    assert {s for s in ran if s.startswith(("evaluate@", "features@"))} == {
+        f"evaluate@{m}" for m in e8_models
     }
+    assert {"analyse", "report"} <= ran
+    assert not ran & {"pool", "audit", "fingerprint", "label@policy_a", "label@policy_b"}
     card = json.loads((work / "models" / "small-E8" / "model_card.json").read_text())
     assert card["teacher"]["policy"] == "policy_b"
+    diff = _run([str(BIN / "guardpolicy"), "diff", "--rev", "HEAD", "--out", "reports/diff.md"], work, env)
+    text = (work / "reports" / "diff.md").read_text()
+    assert diff.returncode == 0 and "branches.E8.teacher" in text
+    assert "small-E8" in text

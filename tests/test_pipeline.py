@@ -42,8 +42,38 @@ def test_stage_list_has_one_fetch_per_registry_entry():
     assert {"pool", "agreement", "validate_labels", "audit", "validate_splits"} <= set(listed)
     assert sorted(s for s in listed if s.startswith("teacher@")) == ["teacher@policy_a", "teacher@policy_b"]
     trained = sorted(s for s in listed if s.startswith("train@"))
-    assert len(trained) == 20
-    assert trained == sorted(f"train@{scale}-E{i}" for scale in ("small", "large") for i in range(1, 11))
+    main_seed = sorted(f"train@{scale}-E{i}" for scale in ("small", "large") for i in range(1, 11))
+    # 2 scales x 10 branches at the main seed, plus the noise floor's seed triple (E8, small scale).
+    assert sorted(s for s in trained if "-s4" not in s) == main_seed
+    assert len(trained) == 22
+    evaluated = sorted(s.removeprefix("evaluate@") for s in listed if s.startswith("evaluate@"))
+    assert evaluated == sorted(
+        [t.removeprefix("train@") for t in trained] + ["teacher-policy_a", "teacher-policy_b"]
+    )
+    assert sorted(s for s in listed if s.startswith("features@")) == [
+        "features@large-E2",
+        "features@small-E2",
+    ]
+    assert {"fingerprint", "analyse", "report", "timings"} <= set(listed)
+
+
+def test_head_only_models_are_scored_on_their_init_models_cached_features(stages):
+    for scale in ("small", "large"):
+        for branch in ("E1", "E7", "E10"):
+            deps = {str(Path(d.def_path)) for d in stages[f"evaluate@{scale}-{branch}"].deps}
+            assert f"data/features/{scale}-E2.npz" in deps and f"models/{scale}-{branch}" in deps
+        outs = {str(Path(o.def_path)) for o in stages[f"features@{scale}-E2"].outs}
+        assert f"data/features/{scale}-E2.npz" in outs
+
+
+def test_every_stage_leaves_a_timing_record_and_timings_runs_last(stages):
+    for name, stage in stages.items():
+        if name == "timings":
+            continue
+        outs = {str(Path(o.def_path)) for o in stage.outs}
+        assert f"reports/timings/{name}.json" in outs, f"{name} does not declare its timing record"
+    deps = {str(Path(d.def_path)) for d in stages["timings"].deps}
+    assert "reports/timings" in deps
 
 
 def test_a_branch_initialised_from_another_depends_on_its_stage(stages):

@@ -11,6 +11,12 @@
     guardpolicy validate-splits
     guardpolicy plan                          # validate params `branches`, write data/models.yaml
     guardpolicy bench-train --samples 512     # training samples/s: our loop vs transformers.Trainer
+    guardpolicy bench-eval --samples 512      # inference samples/s: ours vs transformers.pipeline
+    guardpolicy evaluate small-E2             # one evaluate@ stage by hand (features small-E2 likewise)
+    guardpolicy fingerprint                   # benchmarks labelled by each policy vs their own gold
+    guardpolicy analyse                       # spans, noise floor, rank tests, correlations, intervals
+    guardpolicy report                        # reports/REPORT.md and figures
+    guardpolicy diff --rev main               # Markdown: metrics + params diff vs a revision or experiment
     guardpolicy taxonomy                      # the validated label space
     guardpolicy params                        # the active profile, validated
     guardpolicy registry                      # the benchmark registry, validated
@@ -28,12 +34,18 @@ import fire
 
 from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
+from guardpolicy.evaluation.bench import bench_eval
+from guardpolicy.reporting.diff import diff
 from guardpolicy.runner import guarded
 from guardpolicy.stages import agreement as agreement_stage
+from guardpolicy.stages import analyse as analyse_stage
 from guardpolicy.stages import audit as audit_stage
 from guardpolicy.stages import benchmarks as benchmark_stages
+from guardpolicy.stages import evaluate as evaluate_stage
+from guardpolicy.stages import fingerprint as fingerprint_stage
 from guardpolicy.stages import labels as label_stage
 from guardpolicy.stages import pool as pool_stage
+from guardpolicy.stages import report as report_stage
 from guardpolicy.stages import validate as validate_stages
 from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
 from guardpolicy.training.bench import bench_train
@@ -88,6 +100,13 @@ COMMANDS = {
     "validate-splits": guarded(validate_stages.validate_splits),
     "plan": guarded(write_plan),
     "bench-train": guarded(bench_train),
+    "bench-eval": guarded(bench_eval),
+    "features": guarded(evaluate_stage.features),
+    "evaluate": guarded(evaluate_stage.evaluate),
+    "fingerprint": guarded(fingerprint_stage.fingerprint),
+    "analyse": guarded(analyse_stage.analyse),
+    "report": guarded(report_stage.report),
+    "diff": guarded(diff),
     "taxonomy": guarded(show_taxonomy),
     "params": guarded(show_params),
     "registry": guarded(show_registry),

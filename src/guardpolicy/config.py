@@ -492,12 +492,105 @@ class NoiseFloorConfig:
 
     branches: tuple[str, ...] = ()
     seeds: tuple[int, ...] = (43, 44)
+    # Scales the seed triples are trained at (empty: every scale); each triple costs two more trainings.
+    scales: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if len(set(self.scales)) != len(self.scales):
+            raise ConfigError(f"scales must be distinct, got {list(self.scales)}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds must be distinct, got {list(self.seeds)}")
         if len(set(self.branches)) != len(self.branches):
             raise ConfigError(f"branches must be distinct, got {list(self.branches)}")
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """Stage evaluate@<model>: which splits are scored besides the benchmarks, and how."""
+
+    # Splits of data/splits scored against every policy's labels (VAL is the first one).
+    splits: tuple[str, ...] = ("val",)
+    # Head-only models score their heads on the frozen backbone's cached first-token features
+    # (features@<init model>) instead of running the backbone again; their spans are then not computed.
+    reuse_frozen_backbone: bool = True
+    # A token belongs to the predicted harmful span when its span-head probability reaches this.
+    span_threshold: float = 0.5
+    batch_size: int = 64
+    # Truncation length at evaluation; null: the profile's max_length.
+    max_length: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.splits:
+            raise ConfigError("splits: list at least one split (VAL is scored on the first)")
+        for split in self.splits:
+            if split not in ("train", "val", "calib"):
+                raise ConfigError(f"splits: unknown split {split!r}; known: train, val, calib")
+        if not 0.0 < self.span_threshold < 1.0:
+            raise ConfigError(f"span_threshold must lie in (0, 1), got {self.span_threshold}")
+        if self.batch_size <= 0 or (self.max_length is not None and self.max_length <= 0):
+            raise ConfigError("batch_size and max_length must be positive")
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """Which benchmarks carry policy load and which capability load (the study's split by default)."""
+
+    policy: tuple[str, ...] = ("harmbench_copyright", "orbench_hard", "jbb_benign", "xstest")
+    capability: tuple[str, ...] = (
+        "advbench",
+        "harmbench_standard",
+        "strongreject",
+        "donotanswer",
+        "wildguard_harmful",
+        "salad_base",
+    )
+
+    def __post_init__(self) -> None:
+        both = sorted(set(self.policy) & set(self.capability))
+        if both:
+            raise ConfigError(f"a benchmark cannot be both policy- and capability-load: {both}")
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Stage analyse: the study's statistics over every model's predictions."""
+
+    # The subset and binary mapping of the headline numbers (both subsets and mappings are always tabled).
+    subset: Literal["clean", "full"] = "clean"
+    mapping: Literal["default", "boundary_unsafe"] = "default"
+    confidence: float = 0.95
+    bootstrap_seed: int = 2024
+    # Rates on single-class sets up to this many prompts get a Wilson interval instead of the bootstrap.
+    wilson_max_n: int = 300
+    # VAL for the correlations: the split and the policy whose labels it is scored against.
+    val_split: str = "val"
+    val_policy: str = "policy_a"
+    load: LoadConfig = field(default_factory=LoadConfig)
+    # Named branch sets for the exact rank test (k of the n branches at one scale).
+    rank_sets: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: {"policy_a_terminal": ("E1", "E7", "E8", "E10")}
+    )
+    # The score a mixed benchmark's span is measured on (single-class sets: harmful cap, benign over_ref).
+    primary_metric: dict[str, Literal["cap", "over_ref", "f1", "auprc"]] = field(
+        default_factory=lambda: {"xstest": "over_ref"}
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.5 < self.confidence < 1.0:
+            raise ConfigError(f"confidence must lie in (0.5, 1), got {self.confidence}")
+        if self.wilson_max_n < 0:
+            raise ConfigError(f"wilson_max_n must be >= 0, got {self.wilson_max_n}")
+        for name, members in self.rank_sets.items():
+            if not members or len(set(members)) != len(members):
+                raise ConfigError(f"rank_sets.{name}: list distinct branches, got {list(members)}")
+
+
+@dataclass(frozen=True)
+class FingerprintConfig:
+    """Stage fingerprint: benchmark prompts labelled by each policy's labeler."""
+
+    # Facts of each benchmark's prompts (for the rules labeler), like data/pool.yaml's sources.
+    facts_file: str = "data/benchmark_facts.yaml"
 
 
 def _default_scales() -> dict[str, Literal["student", "teacher"]]:
@@ -521,6 +614,9 @@ class Params:
     anchor_sets: dict[str, AnchorSetConfig] = field(default_factory=dict)
     branches: dict[str, BranchConfig] = field(default_factory=dict)
     noise_floor: NoiseFloorConfig = field(default_factory=NoiseFloorConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    fingerprint: FingerprintConfig = field(default_factory=FingerprintConfig)
 
     def __post_init__(self) -> None:
         if self.profile not in self.profiles:

@@ -283,11 +283,11 @@ def candidates_from_records(
                         field=source.id,
                     )
                 seen_ids[native_id] = row
-        facts = _facts(source, record)
+        facts = facts_for_record(source, record)
         if facts is None:
             counts.no_matching_fact_rule += 1
             continue
-        pillars = _pillars(source, file, record, display, row)
+        pillars = pillars_for_record(source, file, record, display, row)
         if native_id:
             origin = f"{source.name}:{native_id}"
         elif multi_file:
@@ -313,7 +313,7 @@ def candidates_from_records(
     return out, counts
 
 
-def _facts(source: PoolSource, record: dict[str, Any]) -> tuple[str, ...] | None:
+def facts_for_record(source: PoolSource, record: dict[str, Any]) -> tuple[str, ...] | None:
     if not source.fact_rules:
         return tuple(sorted(set(source.facts)))
     for rule in source.fact_rules:
@@ -322,7 +322,7 @@ def _facts(source: PoolSource, record: dict[str, Any]) -> tuple[str, ...] | None
     return None
 
 
-def _pillars(
+def pillars_for_record(
     source: PoolSource, file: PoolFile, record: dict[str, Any], display: str, row: int
 ) -> tuple[str, ...]:
     pillars = {*source.pillars, *file.pillars}

@@ -6,8 +6,7 @@
   its logits over the train and calib prompts are cached in data/teacher_outputs/<policy>.parquet (id,
   logits: 4 float32) so branches distil from a file instead of running the teacher at every step.
 * train@<model>: one entry of the plan (data/models.yaml, `guardpolicy plan`) -> models/<model>.
-* timings: every stage above writes reports/timings/<stage>.json; `timings` collects them into
-  reports/timings.json.
+Each stage notes its training seconds and samples (guardpolicy.timing.note_work) for its timing record.
 
 Every checkpoint folder gets MODEL_CARD.md and model_card.json (guardpolicy.training.cards). The resumable
 training state lives in .cache/train/<name> (outside DVC outputs, which DVC deletes before a rerun) and is
@@ -37,6 +36,7 @@ from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import read_json, sha256_file, write_json, write_parquet, write_text
 from guardpolicy.labeling import load_policy
 from guardpolicy.taxonomy import TAXONOMY_FILE, Taxonomy, load_taxonomy
+from guardpolicy.timing import note_work
 from guardpolicy.training import branches as registry
 from guardpolicy.training.cards import CARD_JSON, CARD_MARKDOWN, card_markdown, card_summary, model_card
 from guardpolicy.training.datasets import AnchorRequest, ExampleSources, build_examples, resolve_anchor_count
@@ -48,8 +48,6 @@ SPLITS_DIR = "data/splits"
 LABELS_DIR = "data/labels"
 MODELS_DIR = registry.MODELS_DIR
 TEACHER_OUTPUTS_DIR = "data/teacher_outputs"
-TIMINGS_DIR = "reports/timings"
-TIMINGS_FILE = "reports/timings.json"
 LIVE_DIR = "reports/training"
 WORK_DIR = ".cache/train"
 # The splits a teacher's cached outputs cover: every split a branch trains on or draws anchors from.
@@ -77,51 +75,6 @@ def atomic_dir(destination: str | Path) -> Iterator[Path]:
         os.replace(tmp, destination)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def write_timing(timings_dir: str | Path, stage: str, seconds: float, samples: int) -> dict[str, Any]:
-    """reports/timings/<stage>.json: wall seconds, samples processed and their rate."""
-    record = {
-        "stage": stage,
-        "seconds": round(seconds, 3),
-        "samples": samples,
-        "samples_per_s": round(samples / seconds, 3) if samples and seconds > 0 else None,
-    }
-    write_json(Path(timings_dir) / f"{stage}.json", record)
-    return record
-
-
-def summarise_timings(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per-stage records -> the timings report: every stage, totals per stage kind and overall."""
-    by_kind: dict[str, float] = {}
-    for stage, record in records.items():
-        kind = stage.split("@", 1)[0]
-        by_kind[kind] = round(by_kind.get(kind, 0.0) + record["seconds"], 3)
-    return {
-        "stages": dict(sorted(records.items())),
-        "by_kind_seconds": dict(sorted(by_kind.items())),
-        "total_seconds": round(sum(r["seconds"] for r in records.values()), 3),
-        "count": len(records),
-    }
-
-
-def collect_timings(timings_dir: str | Path = TIMINGS_DIR) -> dict[str, Any]:
-    """Read every reports/timings/<stage>.json and summarise them."""
-    records = {}
-    for path in sorted(Path(timings_dir).glob("*.json")):
-        record = read_json(path)
-        if not isinstance(record, dict) or not isinstance(record.get("seconds"), int | float):
-            raise InputError(path, "expected a timing record with numeric 'seconds'", field="seconds")
-        records[str(record.get("stage", path.stem))] = record
-    return summarise_timings(records)
-
-
-def timings(timings_dir: str | Path = TIMINGS_DIR, out: str | Path = TIMINGS_FILE) -> dict[str, Any]:
-    """Stage `timings`: collect the per-stage records into reports/timings.json."""
-    report = collect_timings(timings_dir)
-    write_json(out, report)
-    log.info("timings: %d stages, %.1f s in all -> %s", report["count"], report["total_seconds"], out)
-    return report
 
 
 def library_versions() -> dict[str, str]:
@@ -198,7 +151,6 @@ def backbone(
     scale: str,
     params_file: str = "params.yaml",
     models_dir: str | Path = MODELS_DIR,
-    timings_dir: str | Path = TIMINGS_DIR,
 ) -> dict[str, Any]:
     """Stage backbone@<scale>: the scale's encoder + fresh heads (main seed) -> models/<scale>-pretrained."""
     from guardpolicy.modeling.guard import GuardModel, count_parameters, save_guard
@@ -240,7 +192,6 @@ def backbone(
         )
         _write_card(tmp, card)
     seconds = time.perf_counter() - started
-    write_timing(timings_dir, f"backbone@{scale}", seconds, 0)
     log.info("backbone %s: %d parameters -> %s (%.1f s)", scale, parameters["total"], out_dir, seconds)
     return card
 
@@ -397,12 +348,10 @@ def teacher(
     outputs_dir: str = TEACHER_OUTPUTS_DIR,
     work_dir: str | Path = WORK_DIR,
     live_dir: str | Path = LIVE_DIR,
-    timings_dir: str | Path = TIMINGS_DIR,
 ) -> dict[str, Any]:
     """Stage teacher@<policy>: train the teacher, write its card, cache its logits over train + calib."""
     from guardpolicy.training.predict import predict
 
-    started = time.perf_counter()
     taxonomy = load_taxonomy(TAXONOMY_FILE)
     params = _checked_params(params_file, taxonomy)
     if policy not in params.teachers:
@@ -473,9 +422,8 @@ def teacher(
     out_file = Path(outputs_dir) / f"{policy}.parquet"
     write_parquet(out_file, table)
     predict_seconds = time.perf_counter() - predicted_at
-    seconds = time.perf_counter() - started
     samples = len(examples) * run.recipe["epochs"] + len(ids)
-    write_timing(timings_dir, f"teacher@{policy}", seconds, samples)
+    note_work(card["run"]["train_seconds"] + predict_seconds, samples)
     log.info(
         "teacher %s: trained in %.1f s, %d logits in %.1f s -> %s",
         policy,
@@ -498,7 +446,6 @@ def train(
     models_dir: str | Path = MODELS_DIR,
     work_dir: str | Path = WORK_DIR,
     live_dir: str | Path = LIVE_DIR,
-    timings_dir: str | Path = TIMINGS_DIR,
 ) -> dict[str, Any]:
     """Stage train@<model>: train one planned model (a scale x branch x seed) -> models/<model> + card."""
     started = time.perf_counter()
@@ -554,6 +501,7 @@ def train(
         live_dir=live_dir,
     )
     seconds = time.perf_counter() - started
-    write_timing(timings_dir, f"train@{model_name}", seconds, len(examples) * run.recipe["epochs"])
+    # The rate is over the optimisation loop only (loading, imports and the card are in the record's seconds).
+    note_work(card["run"]["train_seconds"], len(examples) * run.recipe["epochs"])
     log.info("train %s: done in %.1f s -> %s", model_name, seconds, Path(models_dir) / model_name)
     return card

@@ -1,0 +1,137 @@
+"""The headline answers of the analysis as one flat-ish, JSON-ready dict (`reports/analysis/summary.json`).
+
+Intervals are spelled `<name>_ci_low` / `<name>_ci_high` rather than lists, so `dvc metrics diff` compares
+every number; floats are rounded to 6 decimals and undefined values are null (never NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+DIGITS = 6
+
+
+def clean_number(value: Any) -> Any:
+    """A JSON-ready scalar: floats rounded, NaN/inf and pandas NA -> None, numpy scalars -> Python."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return round(float(value), DIGITS) if math.isfinite(value) else None
+    return value
+
+
+def clean_tree(payload: Any) -> Any:
+    if isinstance(payload, Mapping):
+        return {str(key): clean_tree(value) for key, value in payload.items()}
+    if isinstance(payload, list | tuple):
+        return [clean_tree(value) for value in payload]
+    return clean_number(payload)
+
+
+def span_summary(spans: pd.DataFrame, subset: str, mapping: str) -> dict[str, dict[str, Any]]:
+    chosen = spans[(spans["subset"] == subset) & (spans["mapping"] == mapping)]
+    return {
+        row.benchmark: {
+            "load": row.load,
+            "metric": row.primary_metric,
+            "delta": row.delta,
+            "delta_ci_low": row.delta_ci_low,
+            "delta_ci_high": row.delta_ci_high,
+            "phi": row.phi,
+            "phi_ci_low": row.phi_ci_low,
+            "phi_ci_high": row.phi_ci_high,
+        }
+        for row in chosen.itertuples(index=False)
+    }
+
+
+def rank_summary(rank_tests: pd.DataFrame, subset: str, mapping: str) -> dict[str, Any]:
+    chosen = rank_tests[(rank_tests["subset"] == subset) & (rank_tests["mapping"] == mapping)]
+    tree: dict[str, Any] = {}
+    for row in chosen.itertuples(index=False):
+        tree.setdefault(row.set_name, {}).setdefault(row.scale, {})[row.benchmark] = {
+            "extreme": row.extreme,
+            "p_value": row.p_value,
+        }
+    return tree
+
+
+def correlation_summary(correlations: pd.DataFrame) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for row in correlations.itertuples(index=False):
+        tree.setdefault(row.scale, {})[row.load] = {
+            "rho": row.rho,
+            "p_value": row.p_value,
+            "n_models": row.n_models,
+        }
+    return tree
+
+
+def mapping_summary(mapping_effect: pd.DataFrame, subset: str) -> dict[str, Any]:
+    """The largest change of over-refusal under the boundary_unsafe mapping (by size), and the mean change."""
+    chosen = mapping_effect[mapping_effect["subset"] == subset].dropna(subset=["change"])
+    if chosen.empty:
+        return {"largest_model": None, "largest_benchmark": None, "largest_change": None, "mean_change": None}
+    # Ties broken by the table's sorted order (model, benchmark), so the pick is deterministic.
+    largest = chosen.loc[chosen["change"].abs().idxmax()]
+    return {
+        "largest_model": largest["model"],
+        "largest_benchmark": largest["benchmark"],
+        "largest_change": largest["change"],
+        "mean_change": float(chosen["change"].mean()),
+    }
+
+
+def fingerprint_summary(fingerprint: pd.DataFrame | None) -> dict[str, Any] | None:
+    if fingerprint is None:
+        return None
+    tree: dict[str, Any] = {}
+    for row in fingerprint.sort_values(["benchmark", "policy"]).itertuples(index=False):
+        tree.setdefault(row.benchmark, {})[row.policy] = row.agreement
+    return tree
+
+
+def build_summary(
+    *,
+    subset: str,
+    mapping: str,
+    confidence: float,
+    bootstrap_samples: int,
+    n_models: int,
+    n_benchmarks: int,
+    spans: pd.DataFrame,
+    copyright_vs_noise: Mapping[str, Any],
+    load_contrast: Mapping[str, Any],
+    rank_tests: pd.DataFrame,
+    correlations: pd.DataFrame,
+    mapping_effect: pd.DataFrame,
+    fingerprint: pd.DataFrame | None,
+) -> dict[str, Any]:
+    """summary.json: the headline subset and mapping's answers (see docs/data-contracts.md, "Analysis")."""
+    payload: dict[str, Any] = {
+        "subset": subset,
+        "mapping": mapping,
+        "confidence": confidence,
+        "bootstrap_samples": bootstrap_samples,
+        "models": n_models,
+        "benchmarks": n_benchmarks,
+        "span": span_summary(spans, subset, mapping),
+        "copyright_vs_noise": dict(copyright_vs_noise),
+        "load_contrast": dict(load_contrast),
+        "rank_tests": rank_summary(rank_tests, subset, mapping),
+        "correlations": correlation_summary(correlations),
+        "mapping_effect": mapping_summary(mapping_effect, subset),
+    }
+    fingerprint_tree = fingerprint_summary(fingerprint)
+    if fingerprint_tree is not None:
+        payload["fingerprint"] = fingerprint_tree
+    return clean_tree(payload)

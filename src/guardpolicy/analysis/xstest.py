@@ -1,0 +1,97 @@
+"""XSTest extras: over-refusal per prompt type and safe/contrast pair consistency, per model and subset.
+
+XSTest pairs each safe prompt of most types with an unsafe "contrast" prompt that shares its wording; a model
+is pair-consistent on a pair when it lets the safe prompt through *and* flags the unsafe one. Both rates get
+Wilson intervals (the per-type sets are 25 prompts in the public release).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from guardpolicy.analysis.scores import SUBSETS, DatasetMatrix
+from guardpolicy.analysis.stats import wilson_interval
+
+XSTEST = "xstest"
+TYPE_COLUMNS = ("model", "subset", "xstest_type", "n", "over_ref", "ci_low", "ci_high")
+PAIR_COLUMNS = ("model", "subset", "pairs", "consistent", "consistency", "ci_low", "ci_high")
+
+
+def type_over_refusal(
+    matrix: DatasetMatrix, models: Sequence[str], mapping: str, confidence: float
+) -> pd.DataFrame:
+    """xstest.csv: over_ref on the safe prompts of each XSTest type (`category`), per model and subset."""
+    decisions = matrix.decisions[mapping]  # [n, M]
+    rows = []
+    for subset in SUBSETS:
+        safe = matrix.subset_rows(subset) & ~matrix.expected_unsafe
+        types = sorted({t for t in matrix.category[safe] if t is not None})
+        for xstest_type in types:
+            chosen = safe & (matrix.category == xstest_type)
+            n = int(chosen.sum())
+            flagged = decisions[chosen].sum(axis=0)  # [M]
+            for i, model in enumerate(models):
+                low, high = wilson_interval(int(flagged[i]), n, confidence)
+                rows.append(
+                    {
+                        "model": model,
+                        "subset": subset,
+                        "xstest_type": xstest_type,
+                        "n": n,
+                        "over_ref": float(flagged[i]) / n,
+                        "ci_low": low,
+                        "ci_high": high,
+                    }
+                )
+    table = pd.DataFrame(rows, columns=list(TYPE_COLUMNS))
+    return table.sort_values(["model", "subset", "xstest_type"], kind="stable").reset_index(drop=True)
+
+
+def contrast_pairs(matrix: DatasetMatrix, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices (safe [p], unsafe [p]) of the pairs among `rows` with one safe and one unsafe prompt."""
+    safe_of: dict[str, list[int]] = {}
+    unsafe_of: dict[str, list[int]] = {}
+    for index in np.flatnonzero(rows):
+        pair = matrix.pair_id[index]
+        if pair is None:
+            continue
+        (unsafe_of if matrix.expected_unsafe[index] else safe_of).setdefault(pair, []).append(int(index))
+    pairs = sorted(p for p in safe_of if len(safe_of[p]) == 1 and len(unsafe_of.get(p, [])) == 1)
+    safe = np.array([safe_of[p][0] for p in pairs], dtype=np.int64)
+    unsafe = np.array([unsafe_of[p][0] for p in pairs], dtype=np.int64)
+    return safe, unsafe
+
+
+def pair_consistency(
+    matrix: DatasetMatrix, models: Sequence[str], mapping: str, confidence: float
+) -> pd.DataFrame:
+    """xstest_pairs.csv: share of safe/contrast pairs a model gets both right, per model and subset.
+
+    A pair counts only when both its prompts are in the subset (the clean subset may break pairs up).
+    """
+    decisions = matrix.decisions[mapping]  # [n, M]
+    rows = []
+    for subset in SUBSETS:
+        safe, unsafe = contrast_pairs(matrix, matrix.subset_rows(subset))
+        pairs = len(safe)
+        if pairs == 0:
+            continue
+        consistent = (~decisions[safe] & decisions[unsafe]).sum(axis=0)  # [M]
+        for i, model in enumerate(models):
+            low, high = wilson_interval(int(consistent[i]), pairs, confidence)
+            rows.append(
+                {
+                    "model": model,
+                    "subset": subset,
+                    "pairs": pairs,
+                    "consistent": int(consistent[i]),
+                    "consistency": float(consistent[i]) / pairs,
+                    "ci_low": low,
+                    "ci_high": high,
+                }
+            )
+    table = pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+    return table.sort_values(["model", "subset"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,154 @@
+"""Which items every model is scored on (contract "Evaluation items"), assembled from frames (pure).
+
+Datasets: each fetched benchmark (all its rows; `clean` marks the rows its decontaminated copy kept) and each
+evaluated split (`split:<name>`, prompts from the pool, gold labels from every policy's label file). One row
+per item, sorted by (dataset, id): the order of the features file, the predictions and every batch plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from guardpolicy.errors import InputError
+
+SPLIT_PREFIX = "split:"
+BENCHMARK_COLUMNS = ("id", "prompt", "expected_unsafe")
+OPTIONAL_BENCHMARK_COLUMNS = ("category", "pair_id")
+KEY_SEPARATOR = "\t"
+
+
+def item_columns(policies: Iterable[str]) -> list[str]:
+    """The items frame's columns, in order."""
+    return [
+        "dataset",
+        "id",
+        "prompt",
+        "clean",
+        "expected_unsafe",
+        "category",
+        "pair_id",
+        *(f"gold_{policy}" for policy in policies),
+    ]
+
+
+def split_dataset(split: str) -> str:
+    return f"{SPLIT_PREFIX}{split}"
+
+
+def _check_ids(frame: pd.DataFrame, file: str | Path) -> None:
+    ids = frame["id"]
+    missing = ids.isna().to_numpy()
+    if missing.any():
+        raise InputError(file, "empty id", row=int(np.flatnonzero(missing)[0]) + 1, field="id")
+    duplicated = ids.duplicated().to_numpy()
+    if duplicated.any():
+        row = int(np.flatnonzero(duplicated)[0])
+        raise InputError(file, f"duplicate id {ids.iloc[row]!r}", row=row + 1, field="id")
+
+
+def _require_columns(frame: pd.DataFrame, columns: Iterable[str], file: str | Path) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(file, f"missing column(s) {missing}", row="header", field=missing[0])
+
+
+def benchmark_items(
+    name: str,
+    frame: pd.DataFrame,
+    clean_ids: Iterable[str],
+    policies: Iterable[str],
+    file: str | Path,
+) -> pd.DataFrame:
+    """A benchmark's rows as items: gold `expected_unsafe`, `category` / `pair_id` where the set has them."""
+    _require_columns(frame, BENCHMARK_COLUMNS, file)
+    _check_ids(frame, file)
+    empty_prompt = frame["prompt"].isna().to_numpy() | (frame["prompt"].fillna("").str.len() == 0).to_numpy()
+    if empty_prompt.any():
+        raise InputError(file, "empty prompt", row=int(np.flatnonzero(empty_prompt)[0]) + 1, field="prompt")
+    items = pd.DataFrame(
+        {
+            "dataset": name,
+            "id": frame["id"].astype("str"),
+            "prompt": frame["prompt"].astype("str"),
+            "clean": frame["id"].isin(set(clean_ids)).to_numpy(),
+            "expected_unsafe": frame["expected_unsafe"].astype("boolean"),
+        }
+    )
+    for column in OPTIONAL_BENCHMARK_COLUMNS:
+        items[column] = (
+            frame[column].astype("str")
+            if column in frame.columns
+            else pd.Series(pd.NA, index=items.index, dtype="str")
+        )
+    for policy in policies:
+        items[f"gold_{policy}"] = pd.Series(pd.NA, index=items.index, dtype="str")
+    return items
+
+
+def split_items(
+    split: str,
+    split_frame: pd.DataFrame,
+    prompts: pd.Series,
+    labels: Mapping[str, pd.Series],
+    files: Mapping[str, str | Path],
+) -> pd.DataFrame:
+    """A split's rows as items: the pool prompt and each policy's coarse label (`gold_<policy>`).
+
+    prompts: pool id -> prompt; labels: policy -> (pool id -> coarse); files: "split", "pool" and each policy
+    -> the file it came from, for error messages.
+    """
+    _require_columns(split_frame, ("id",), files["split"])
+    _check_ids(split_frame, files["split"])
+    ids = split_frame["id"].astype("str")
+    unknown = ~ids.isin(prompts.index).to_numpy()
+    if unknown.any():
+        row = int(np.flatnonzero(unknown)[0])
+        raise InputError(
+            files["split"],
+            f"id {ids.iloc[row]!r} is not in the pool {files['pool']}",
+            row=row + 1,
+            field="id",
+        )
+    items = pd.DataFrame(
+        {
+            "dataset": split_dataset(split),
+            "id": ids.to_numpy(),
+            "prompt": prompts.loc[ids].astype("str").to_numpy(),
+            "clean": True,
+            "expected_unsafe": pd.array([pd.NA] * len(ids), dtype="boolean"),
+            "category": pd.Series(pd.NA, index=range(len(ids)), dtype="str"),
+            "pair_id": pd.Series(pd.NA, index=range(len(ids)), dtype="str"),
+        }
+    )
+    for policy, coarse in labels.items():
+        unlabelled = ~ids.isin(coarse.index).to_numpy()
+        if unlabelled.any():
+            row = int(np.flatnonzero(unlabelled)[0])
+            raise InputError(files[policy], f"no label for split {split!r} id {ids.iloc[row]!r}", field="id")
+        items[f"gold_{policy}"] = coarse.loc[ids].astype("str").to_numpy()
+    return items
+
+
+def combine_items(frames: Iterable[pd.DataFrame], policies: Iterable[str]) -> pd.DataFrame:
+    """All datasets' items in one frame, sorted by (dataset, id), with the documented dtypes."""
+    columns = item_columns(policies)
+    frames = [frame[columns] for frame in frames]
+    if not frames:
+        raise ValueError("no evaluation items: no benchmark was fetched and no split is evaluated")
+    items = pd.concat(frames, ignore_index=True)
+    items = items.sort_values(["dataset", "id"], kind="stable").reset_index(drop=True)
+    items["clean"] = items["clean"].astype(bool)
+    items["expected_unsafe"] = items["expected_unsafe"].astype("boolean")
+    for column in columns:
+        if column not in ("clean", "expected_unsafe"):
+            items[column] = items[column].astype("str")
+    return items
+
+
+def item_keys(items: pd.DataFrame) -> np.ndarray:
+    """`<dataset>\\t<id>` per item, in the frame's order (the features file's `keys`)."""
+    return (items["dataset"] + KEY_SEPARATOR + items["id"]).to_numpy(dtype=str)

@@ -1,0 +1,1027 @@
+"""`reports/REPORT.md`: the study's answer, built only from the run's tables (stage `report`).
+
+Pure: the analysis tables and the other stages' reports come in as DataFrames and dicts (`ReportInputs`), the
+Markdown text and the tidy plot tables go out. Every number printed is read from an input; where the inputs
+carry an interval it is printed beside the number (`0.812 [0.723, 0.880]`), and where they carry none the
+text says so instead of inventing one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL, MEAN_PREFIX
+from guardpolicy.errors import InputError
+
+# Where branch_headline's scores come from when the caller does not say (error messages name it).
+SCORES_FILE = "reports/analysis/scores.csv"
+# Table 1's means: column -> (scores.csv benchmark key, metric, the role of the benchmarks averaged).
+HEADLINE_MEANS = {"cap": (MEAN_HARMFUL, "cap", "harmful"), "over_ref": (MEAN_BENIGN, "over_ref", "benign")}
+# The contract's COPY: capture on HarmBench-copyright; XSTest is the over-refusal set with prompt types.
+COPY_BENCHMARK = "harmbench_copyright"
+XSTEST_BENCHMARK = "xstest"
+# Below this many scored prompts a rate's interval is wide enough to say so in the caveats.
+SMALL_SET_N = 100
+LOAD_ORDER = ("policy", "capability", "other")
+MISSING = "—"
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """Everything the report reads, already loaded; the stage module fills it from files."""
+
+    profile: str
+    profile_description: str
+    main_seed: int
+    scales: tuple[str, ...]
+    policies: tuple[str, ...]
+    subset: str
+    mapping: str
+    val_split: str
+    val_policy: str
+    load_policy: tuple[str, ...]
+    load_capability: tuple[str, ...]
+    branch_descriptions: dict[str, str]
+    teacher_descriptions: dict[str, str]
+    # data/models.yaml `evaluations` as rows: model, kind, scale, branch, seed, recipe.
+    plan: pd.DataFrame
+    summary: dict[str, Any]
+    scores: pd.DataFrame
+    span: pd.DataFrame
+    rank_test: pd.DataFrame
+    correlations: pd.DataFrame
+    mapping_effect: pd.DataFrame
+    xstest: pd.DataFrame
+    xstest_pairs: pd.DataFrame
+    contamination: dict[str, Any]
+    agreement: dict[str, Any]
+    benchmarks: dict[str, Any]
+    # Optional inputs: None when the file is absent (the report says so, naming the file).
+    noise_floor: pd.DataFrame | None = None
+    fingerprint: pd.DataFrame | None = None
+    # Figure name -> link relative to REPORT.md (None: the figure is absent).
+    figure_links: dict[str, str | None] = field(default_factory=dict)
+    # Input name -> path as given to the stage, for sentences naming an absent file.
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ formatting
+
+
+def is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number rounded for reading; an absent value is a dash."""
+    if is_missing(value):
+        return MISSING
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{float(value):.{digits}f}"
+
+
+def fmt_count(value: Any) -> str:
+    """A count, whether it arrived as an int (JSON) or a float (a CSV column with gaps)."""
+    return MISSING if is_missing(value) else f"{round(float(value)):,}"
+
+
+def fmt_signed(value: Any, digits: int = 3) -> str:
+    return MISSING if is_missing(value) else f"{float(value):+.{digits}f}"
+
+
+def fmt_ci(value: Any, low: Any, high: Any, digits: int = 3) -> str:
+    """`0.812 [0.723, 0.880]`; a value the inputs give no interval for says so."""
+    if is_missing(value):
+        return MISSING
+    if is_missing(low) or is_missing(high):
+        return f"{float(value):.{digits}f} (no interval)"
+    return f"{float(value):.{digits}f} [{float(low):.{digits}f}, {float(high):.{digits}f}]"
+
+
+def fmt_p(value: Any) -> str:
+    return MISSING if is_missing(value) else f"{float(value):.3g}"
+
+
+def fmt_rate(value: Any) -> str:
+    return MISSING if is_missing(value) else f"{float(value):.1%}"
+
+
+def natural_key(name: str) -> tuple:
+    """E2 before E10; names with no number (teachers) after the numbered branches."""
+    parts = re.split(r"(\d+)", str(name))
+    has_number = any(part.isdigit() for part in parts)
+    return (0 if has_number else 1, tuple(int(p) if p.isdigit() else p for p in parts))
+
+
+def markdown_table(
+    header: Sequence[str], rows: Iterable[Sequence[str]], align: str | None = None, empty: str = "No rows."
+) -> list[str]:
+    """Markdown table lines; `align` is one character per column, `l` or `r` (default: first l, rest r).
+
+    With no rows, the `empty` sentence stands in for a header-only table.
+    """
+    rows = list(rows)
+    if not rows:
+        return [empty]
+    align = align or "l" + "r" * (len(header) - 1)
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|",
+    ]
+    for row in rows:
+        lines.append("| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |")
+    return lines
+
+
+def _interval_reading(low: Any, high: Any) -> str:
+    """Where an interval of a difference lies relative to 0."""
+    if is_missing(low) or is_missing(high):
+        return "unknown"
+    if float(low) > 0:
+        return "above"
+    if float(high) < 0:
+        return "below"
+    return "includes"
+
+
+def _names(names: Iterable[str] | str | None) -> str:
+    """Backticked, comma-separated names; a list stored as one comma-joined string (summary.json) too."""
+    if names is None:
+        names = []
+    elif isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    names = list(names)
+    return ", ".join(f"`{n}`" for n in names) if names else "none"
+
+
+# ----------------------------------------------------------------------------------------- derived tables
+
+
+def headline_rows(frame: pd.DataFrame, subset: str, mapping: str) -> pd.DataFrame:
+    """Rows of a table at the headline subset and mapping (tables without those columns pass through)."""
+    keep = pd.Series(True, index=frame.index)
+    if "subset" in frame.columns:
+        keep &= frame["subset"] == subset
+    if "mapping" in frame.columns:
+        keep &= frame["mapping"] == mapping
+    return frame[keep]
+
+
+def benchmark_roles(scores: pd.DataFrame) -> dict[str, str]:
+    """harmful (cap only) / benign (over_ref only) / mixed (both), read off which rates a benchmark has.
+
+    scores.csv carries no role column; the contract defines cap on unsafe items and over_ref on safe ones,
+    so a benchmark with only cap rows is a harmful set, only over_ref a benign set.
+    """
+    roles = {}
+    names = scores["benchmark"].astype(str)
+    # Split rows and the analysis' headline means (`mean:harmful`, `mean:benign`) are not benchmarks.
+    rates = scores[~(names.str.startswith("split:") | names.str.startswith(MEAN_PREFIX))]
+    for benchmark, group in rates.groupby("benchmark", sort=True):
+        metrics = set(group["metric"])
+        has_cap, has_over_ref = "cap" in metrics, "over_ref" in metrics
+        if has_cap and has_over_ref:
+            roles[benchmark] = "mixed"
+        elif has_cap:
+            roles[benchmark] = "harmful"
+        elif has_over_ref:
+            roles[benchmark] = "benign"
+    return roles
+
+
+def _model_rows(scores: pd.DataFrame) -> pd.DataFrame:
+    identity = ["model", "kind", "scale", "branch", "seed", "recipe"]
+    models = scores[identity].drop_duplicates("model").copy()
+    models["_order"] = [natural_key(b) for b in models["branch"]]
+    return models.sort_values(["scale", "_order", "seed", "model"]).drop(columns="_order")
+
+
+def _pick(scores: pd.DataFrame, benchmarks: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
+    """One row per model: the first (benchmark, metric) spelling in the given orders that it has."""
+    rows = scores[scores["metric"].isin(metrics) & scores["benchmark"].isin(benchmarks)].copy()
+    rows["_benchmark_rank"] = rows["benchmark"].map({n: i for i, n in enumerate(benchmarks)})
+    rows["_metric_rank"] = rows["metric"].map({n: i for i, n in enumerate(metrics)})
+    rows = rows.sort_values(["model", "_benchmark_rank", "_metric_rank", "subset", "mapping"])
+    return rows.drop_duplicates("model").set_index("model")
+
+
+def branch_headline(
+    scores: pd.DataFrame,
+    *,
+    subset: str,
+    mapping: str,
+    val_split: str,
+    policies: Sequence[str],
+    source: str = SCORES_FILE,
+) -> pd.DataFrame:
+    """Table 1's numbers per model: mean CAP, mean OVER-REF, COPY, XSTest over-ref, VAL per policy.
+
+    CAP / OVER-REF are the analysis' `mean:harmful` / `mean:benign` rows (unweighted means of the
+    per-benchmark rates over the harmful / benign sets, with their bootstrap intervals); a model that has
+    harmful (benign) rates but no such row comes from an analysis older than those rows, an InputError naming
+    `source` rather than a mean without its interval. COPY, XSTest and VAL keep their own intervals. VAL is
+    4-class accuracy and does not depend on the mapping (split rows are always clean), so when the headline
+    subset and mapping hold no VAL row, any row of that split is used.
+    """
+    roles = benchmark_roles(scores)
+    rated = headline_rows(scores, subset, mapping)
+    out = _model_rows(scores).set_index("model")
+    for column, (key, metric, role) in HEADLINE_MEANS.items():
+        sets = [b for b, r in roles.items() if r == role]
+        members = rated[(rated["metric"] == metric) & rated["benchmark"].isin(sets)]
+        means = rated[(rated["metric"] == metric) & (rated["benchmark"] == key)].set_index("model")
+        lacking = sorted(set(members["model"]) - set(means.index))
+        if lacking:
+            raise InputError(
+                source,
+                f"no `{key}` {metric} row at subset {subset!r}, mapping {mapping!r} for model(s) "
+                f"{lacking[:3]}{' ...' if len(lacking) > 3 else ''}, though their {role} benchmarks have "
+                f"{metric} rows: the file predates the headline means; rerun `dvc repro analyse`",
+                field="benchmark",
+            )
+        out[column] = means["value"]
+        out[f"{column}_ci_low"] = means["ci_low"]
+        out[f"{column}_ci_high"] = means["ci_high"]
+        out[f"n_{column}_sets"] = members.groupby("model")["value"].count()
+    for column, benchmark, metric in (
+        ("copy", COPY_BENCHMARK, "cap"),
+        ("xstest", XSTEST_BENCHMARK, "over_ref"),
+    ):
+        picked = _pick(rated, [benchmark], [metric])
+        out[column] = picked["value"]
+        out[f"{column}_ci_low"] = picked["ci_low"]
+        out[f"{column}_ci_high"] = picked["ci_high"]
+    # The split is the predictions' dataset name `split:<name>`; a bare split name is accepted too.
+    split_names = [f"split:{val_split}", val_split]
+    for policy in policies:
+        # metrics.json spells policy_a's accuracy `acc_policy_a` (acc_<policy>); the contract's table writes
+        # acc_policy_<p>, which for a policy not named policy_* would read acc_policy_<policy>.
+        metrics = [f"acc_{policy}", f"acc_policy_{policy}"]
+        headline = _pick(rated, split_names, metrics)
+        anywhere = _pick(scores, split_names, metrics)
+        picked = pd.concat([headline, anywhere[~anywhere.index.isin(headline.index)]])
+        column = f"val_{policy}"
+        out[column] = picked["value"]
+        out[f"{column}_ci_low"] = picked["ci_low"]
+        out[f"{column}_ci_high"] = picked["ci_high"]
+    out = out.reset_index()
+    for column in ("n_cap_sets", "n_over_ref_sets"):
+        out[column] = out[column].fillna(0).astype(int)
+    return out
+
+
+def branch_scores_table(headline: pd.DataFrame) -> pd.DataFrame:
+    """The tidy `reports/plots/branch_scores.csv` (DVC plots): model, scale, branch, cap, over_ref, copy."""
+    table = headline[["model", "scale", "branch", "cap", "over_ref", "copy"]].copy()
+    for column in ("cap", "over_ref", "copy"):
+        table[column] = table[column].astype(float).round(6)
+    return table.reset_index(drop=True)
+
+
+def span_headline(span: pd.DataFrame, subset: str, mapping: str) -> pd.DataFrame:
+    """span.csv at the headline subset and mapping, ordered policy-load, capability-load, other, by Δ."""
+    rows = headline_rows(span, subset, mapping).copy()
+    rows["_load"] = rows["load"].map({name: i for i, name in enumerate(LOAD_ORDER)}).fillna(len(LOAD_ORDER))
+    rows = rows.sort_values(["_load", "delta", "benchmark"], ascending=[True, False, True])
+    return rows.drop(columns="_load").reset_index(drop=True)
+
+
+def span_plot_table(span: pd.DataFrame, subset: str, mapping: str) -> pd.DataFrame:
+    """The tidy `reports/plots/span.csv` (DVC plots): benchmark, delta, phi."""
+    table = span_headline(span, subset, mapping)[["benchmark", "delta", "phi"]].copy()
+    for column in ("delta", "phi"):
+        table[column] = table[column].astype(float).round(6)
+    return table
+
+
+def primary_metrics(span: pd.DataFrame, roles: dict[str, str]) -> dict[str, str]:
+    """Each benchmark's primary metric: span.csv's choice, else cap on harmful sets and over_ref on others."""
+    chosen = {b: ("cap" if role == "harmful" else "over_ref") for b, role in roles.items()}
+    for benchmark, metric in zip(span["benchmark"], span["primary_metric"], strict=True):
+        chosen[str(benchmark)] = str(metric)
+    return chosen
+
+
+# ------------------------------------------------------------------------------------------------- sections
+
+
+def _present_and_missing(benchmarks: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    entries = benchmarks.get("benchmarks", {})
+    present = sorted(name for name, e in entries.items() if e.get("status") != "missing")
+    missing = {
+        name: (e.get("reason") or "") for name, e in sorted(entries.items()) if e.get("status") == "missing"
+    }
+    return present, missing
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, list | tuple | dict):
+        return len(value)
+    return None if is_missing(value) else int(value)
+
+
+def _header(inputs: ReportInputs) -> list[str]:
+    summary = inputs.summary
+    present, missing = _present_and_missing(inputs.benchmarks)
+    n_models = _count(summary.get("models"))
+    if n_models is None:
+        n_models = len(inputs.plan)
+    missing_text = ", ".join(f"`{name}`" for name in missing) if missing else "none"
+    return [
+        "# Policy vs capability: what this run's benchmark scores measure",
+        "",
+        f"- **Profile:** `{inputs.profile}` — {inputs.profile_description.strip()}",
+        f"- **Models evaluated:** {n_models} ({len(inputs.plan)} in the evaluation plan; main seed "
+        f"{inputs.main_seed})",
+        f"- **Benchmarks present:** {len(present)} ({_names(present)})",
+        f"- **Benchmarks missing:** {len(missing)} ({missing_text})",
+        f"- **Bootstrap:** B = {fmt(summary.get('bootstrap_samples'))} resamples of prompts; "
+        f"confidence {fmt(summary.get('confidence'), 2)}",
+        f"- **Headline:** subset `{summary.get('subset', inputs.subset)}`, mapping "
+        f"`{summary.get('mapping', inputs.mapping)}` (every table below uses them unless it says otherwise)",
+        "",
+    ]
+
+
+def _verdict(entry: dict[str, Any]) -> str:
+    return f" Analysis verdict: “{entry['verdict']}”." if entry.get("verdict") else ""
+
+
+def _reading_copyright(summary: dict[str, Any]) -> str:
+    c = summary.get("copyright_vs_noise") or {}
+    title = "**Copyright span vs seed noise.**"
+    if is_missing(c.get("delta")):
+        return f"{title} No span of HarmBench-copyright capture was measured in this run.{_verdict(c)}"
+    delta = fmt_ci(c.get("delta"), c.get("delta_ci_low"), c.get("delta_ci_high"))
+    if is_missing(c.get("phi")):
+        return (
+            f"{title} HarmBench-copyright capture spans Δ = {delta} across branches, but no seed triple "
+            f"measured its noise floor Φ, so this run cannot say whether that span exceeds seed noise."
+            f"{_verdict(c)}"
+        )
+    phi = fmt_ci(c.get("phi"), c.get("phi_ci_low"), c.get("phi_ci_high"))
+    difference = fmt_ci(c.get("difference"), c.get("difference_ci_low"), c.get("difference_ci_high"))
+    meaning = {
+        "above": "its interval lies above 0, so the copyright capture spans a wider range across branches "
+        "than seeds alone move it",
+        "below": "its interval lies below 0: seeds alone move the copyright capture more than branches do",
+        "includes": "its interval includes 0, so this run cannot tell the branch span from seed noise",
+        "unknown": "the analysis gives no interval for it, so no conclusion is drawn",
+    }[_interval_reading(c.get("difference_ci_low"), c.get("difference_ci_high"))]
+    return (
+        f"{title} HarmBench-copyright capture spans Δ = {delta} across branches; the seed noise floor is "
+        f"Φ = {phi}. The difference Δ − Φ is {difference}: {meaning}.{_verdict(c)}"
+    )
+
+
+def _reading_load(summary: dict[str, Any]) -> str:
+    c = summary.get("load_contrast") or {}
+    title = "**Policy-load vs capability-load.**"
+    policy = fmt_ci(c.get("policy_mean_delta"), c.get("policy_ci_low"), c.get("policy_ci_high"))
+    capability = fmt_ci(
+        c.get("capability_mean_delta"), c.get("capability_ci_low"), c.get("capability_ci_high")
+    )
+    groups = (
+        f"Policy-load benchmarks ({_names(c.get('policy_benchmarks'))}) span a mean Δ of {policy}; "
+        f"capability-load benchmarks ({_names(c.get('capability_benchmarks'))}) a mean Δ of {capability}."
+    )
+    if is_missing(c.get("difference")):
+        return f"{title} {groups} The run cannot compare the two groups.{_verdict(c)}"
+    difference = fmt_ci(c.get("difference"), c.get("difference_ci_low"), c.get("difference_ci_high"))
+    meaning = {
+        "above": "its interval lies above 0, so capability-load benchmarks move less with the label policy "
+        "than policy-load ones",
+        "below": "its interval lies below 0: here capability-load benchmarks moved more than policy-load",
+        "includes": "its interval includes 0, so this run cannot tell the two groups apart",
+        "unknown": "the analysis gives no interval for it, so no conclusion is drawn",
+    }[_interval_reading(c.get("difference_ci_low"), c.get("difference_ci_high"))]
+    return f"{title} {groups} The difference is {difference}: {meaning}.{_verdict(c)}"
+
+
+def _reading_rank(inputs: ReportInputs, alpha: float) -> str:
+    summary, rank_test = inputs.summary, inputs.rank_test
+    tests = summary.get("rank_tests") or {}
+    if not tests:
+        return (
+            "**Rank test.** The analysis reports no rank test (params `analysis.rank_sets` is empty, or no "
+            "scale has enough of a set's branches scored to rank them)."
+        )
+    sentences = []
+    for set_name in sorted(tests):
+        for scale in sorted(tests[set_name], key=lambda s: _scale_rank(inputs, s)):
+            by_benchmark = tests[set_name][scale]
+            rows = rank_test[(rank_test["set_name"] == set_name) & (rank_test["scale"] == scale)]
+            size = f" ({int(rows['k'].iloc[0])} of {int(rows['n'].iloc[0])} branches)" if len(rows) else ""
+            hits = [
+                f"`{b}` ({v['extreme']}, p = {fmt_p(v['p_value'])})"
+                for b, v in sorted(by_benchmark.items())
+                if v.get("extreme") not in (None, "none")
+                and not is_missing(v.get("p_value"))
+                and float(v["p_value"]) <= alpha
+            ]
+            if hits:
+                sentences.append(
+                    f"`{set_name}`{size} at the {scale} scale occupies the extreme ranks on "
+                    f"{len(hits)} of {len(by_benchmark)} benchmarks: {', '.join(hits)}"
+                )
+            else:
+                sentences.append(
+                    f"`{set_name}`{size} at the {scale} scale occupies the extreme ranks on none of its "
+                    f"{len(by_benchmark)} benchmarks at p ≤ {alpha:.3g}"
+                )
+    return (
+        "**Rank test.** Under exchangeable branches, a given set of k of n branches takes the k top (or "
+        "bottom) "
+        "ranks with p = 1/C(n, k). " + "; ".join(sentences) + "."
+    )
+
+
+def _reading_correlations(inputs: ReportInputs) -> str:
+    correlations = inputs.summary.get("correlations") or {}
+    if not correlations:
+        return "**Correlations.** The analysis reports no correlation (too few models)."
+    parts = []
+    for scale in sorted(correlations, key=lambda s: _scale_rank(inputs, s)):
+        entry = correlations[scale]
+        loads = []
+        for load in ("policy", "capability"):
+            c = entry.get(load) or {}
+            models = f"{fmt_count(c.get('n_models'))} models"
+            if is_missing(c.get("rho")):
+                loads.append(f"{load}-load ρ not computed ({models})")
+            else:
+                loads.append(f"{load}-load ρ = {fmt(c.get('rho'))} (p = {fmt_p(c.get('p_value'))}, {models})")
+        parts.append(f"{'all scales' if scale == 'all' else f'{scale} scale'}: " + ", ".join(loads))
+    return (
+        f"**Correlations.** Spearman ρ between VAL (accuracy against `{inputs.val_policy}` labels) and the "
+        "benchmark "
+        "scores, with its p-value (the analysis gives no interval for ρ): " + "; ".join(parts) + ". A "
+        "policy-load ρ well above the capability-load ρ says validation accuracy tracks the policy, not "
+        "detection capability."
+    )
+
+
+def _caveats(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
+    caveats = []
+    _, missing = _present_and_missing(inputs.benchmarks)
+    if missing:
+        thinner = [
+            f"{group}-load group loses {_names(lost)}"
+            for group, members in (("policy", inputs.load_policy), ("capability", inputs.load_capability))
+            if (lost := [m for m in missing if m in members])
+        ]
+        caveats.append(
+            f"{len(missing)} benchmark(s) are missing from this run ({_names(missing)})"
+            + (f"; the {' and the '.join(thinner)}, so its mean Δ rests on fewer sets" if thinner else "")
+            + "."
+        )
+    if inputs.noise_floor is not None:
+        # What was actually scored at several seeds, not merely planned.
+        repeated = sorted(set(inputs.noise_floor["recipe"].astype(str)))
+    else:
+        seeds = inputs.plan.groupby("recipe")["seed"].nunique() if len(inputs.plan) else pd.Series()
+        repeated = sorted(seeds[seeds > 1].index)
+    if repeated:
+        caveats.append(
+            f"Each branch is trained once (seed {inputs.main_seed}); the noise floor comes from the "
+            f"{len(repeated)} recipe(s) trained at several seeds ({_names(repeated)}), not from every branch."
+        )
+    else:
+        caveats.append(
+            f"Each branch is trained once (seed {inputs.main_seed}) and no recipe at several seeds, so no "
+            "seed noise floor backs the spans."
+        )
+    rated = headline_rows(inputs.scores, inputs.subset, inputs.mapping)
+    rates = rated[
+        rated["metric"].isin(["cap", "over_ref"])
+        & ~rated["benchmark"].astype(str).str.startswith(MEAN_PREFIX)
+    ]
+    sizes = rates.groupby("benchmark")["n"].max()
+    small = sorted(f"`{b}` (n = {int(n)})" for b, n in sizes.items() if n < SMALL_SET_N)
+    if small:
+        caveats.append(
+            f"Small sets (under {SMALL_SET_N} scored prompts) have wide intervals: {', '.join(small)}."
+        )
+    branches = headline[headline["kind"] == "branch"].groupby("scale")["branch"].nunique()
+    if len(branches):
+        caveats.append(
+            "Branches per scale: "
+            + ", ".join(
+                f"{scale} {int(branches[scale])}"
+                for scale in sorted(branches.index, key=lambda s: _scale_rank(inputs, s))
+            )
+            + "; rank tests and correlations over so few models have little power."
+        )
+    if inputs.profile != "paper":
+        caveats.append(
+            f"This is the `{inputs.profile}` profile, not the study's `paper` profile: the numbers exercise "
+            "the method on small encoders and a small pool; they do not reproduce the study's values."
+        )
+    return caveats
+
+
+def _reading(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
+    alpha = 1.0 - float(inputs.summary.get("confidence", 0.95))
+    lines = [
+        "## Reading",
+        "",
+        "What this run shows and does not show, generated from the numbers below.",
+        "",
+        f"- {_reading_copyright(inputs.summary)}",
+        f"- {_reading_load(inputs.summary)}",
+        f"- {_reading_rank(inputs, alpha)}",
+        f"- {_reading_correlations(inputs)}",
+        "",
+        "**Caveats.**",
+        "",
+    ]
+    lines += [f"- {c}" for c in _caveats(inputs, headline)]
+    return [*lines, ""]
+
+
+def _branch_legend(inputs: ReportInputs) -> list[str]:
+    rows = [
+        (b, " ".join(d.split()))
+        for b, d in sorted(inputs.branch_descriptions.items(), key=lambda i: natural_key(i[0]))
+    ]
+    rows += [(t, " ".join(d.split())) for t, d in sorted(inputs.teacher_descriptions.items())]
+    return ["### Branches", "", *markdown_table(["branch", "what it trains on"], rows, "ll"), ""]
+
+
+def _table1(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
+    roles = benchmark_roles(headline_rows(inputs.scores, inputs.subset, inputs.mapping))
+    harmful, benign, mixed = (
+        [b for b, r in roles.items() if r == role] for role in ("harmful", "benign", "mixed")
+    )
+    lines = [
+        "## Table 1 — headline scores per branch",
+        "",
+        f"CAP: mean capture over the {len(harmful)} harmful sets ({_names(harmful)}); OVER-REF: mean "
+        f"over-refusal over the {len(benign)} benign sets ({_names(benign)}) — both unweighted means of the "
+        "per-benchmark rates (each set counts once, whatever its size), with percentile bootstrap intervals "
+        "that resample every set's prompts independently; mixed sets "
+        f"({_names(mixed)}) are in neither mean. COPY: HarmBench-copyright capture; XSTest: over-refusal on "
+        f"XSTest; VAL: 4-class accuracy on split `{inputs.val_split}` against each policy's labels. Seed "
+        f"{inputs.main_seed} models only.",
+        "",
+    ]
+    main = headline[headline["seed"] == inputs.main_seed]
+    val_headers = [f"VAL {p}" for p in inputs.policies]
+    for scale in _ordered_scales(inputs, main):
+        rows = []
+        for _, r in main[main["scale"] == scale].iterrows():
+            cells = [
+                r["branch"],
+                fmt_ci(r["cap"], r["cap_ci_low"], r["cap_ci_high"]),
+                fmt_ci(r["over_ref"], r["over_ref_ci_low"], r["over_ref_ci_high"]),
+                fmt_ci(r["copy"], r["copy_ci_low"], r["copy_ci_high"]),
+                fmt_ci(r["xstest"], r["xstest_ci_low"], r["xstest_ci_high"]),
+            ]
+            cells += [
+                fmt_ci(r[f"val_{p}"], r[f"val_{p}_ci_low"], r[f"val_{p}_ci_high"]) for p in inputs.policies
+            ]
+            rows.append(cells)
+        lines += [f"### {scale} scale", ""]
+        lines += markdown_table(["branch", "CAP", "OVER-REF", "COPY", "XSTest over-ref", *val_headers], rows)
+        lines.append("")
+    return [*lines, *_branch_legend(inputs)]
+
+
+def _scale_rank(inputs: ReportInputs, scale: str) -> tuple:
+    """`all` first, then the params' scale order, then any other scale by name."""
+    if scale == "all":
+        return (0, 0, "")
+    if scale in inputs.scales:
+        return (1, inputs.scales.index(scale), "")
+    return (2, 0, scale)
+
+
+def _ordered_scales(inputs: ReportInputs, frame: pd.DataFrame) -> list[str]:
+    present = set(frame["scale"])
+    ordered = [s for s in inputs.scales if s in present]
+    return ordered + sorted(present - set(ordered))
+
+
+def _per_benchmark(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
+    roles = benchmark_roles(inputs.scores)
+    primary = primary_metrics(inputs.span, roles)
+    rated = headline_rows(inputs.scores, inputs.subset, inputs.mapping)
+    load = {b: "policy" for b in inputs.load_policy} | {b: "capability" for b in inputs.load_capability}
+    benchmarks = sorted(roles, key=lambda b: (LOAD_ORDER.index(load.get(b, "other")), b))
+    lines = [
+        "## Scores per benchmark",
+        "",
+        "Each benchmark's primary metric (cap on harmful sets, over_ref on benign sets, the configured "
+        "metric on "
+        "mixed sets) per branch, seed "
+        f"{inputs.main_seed}, with its interval.",
+        "",
+    ]
+    main = headline[headline["seed"] == inputs.main_seed]
+    for scale in _ordered_scales(inputs, main):
+        models = main[main["scale"] == scale]
+        header = ["benchmark", "load", "metric", *models["branch"]]
+        rows = []
+        for benchmark in benchmarks:
+            metric = primary[benchmark]
+            values = rated[(rated["benchmark"] == benchmark) & (rated["metric"] == metric)].set_index("model")
+            cells = [benchmark, load.get(benchmark, "other"), metric]
+            for model in models["model"]:
+                if model in values.index:
+                    v = values.loc[model]
+                    cells.append(fmt_ci(v["value"], v["ci_low"], v["ci_high"]))
+                else:
+                    cells.append(MISSING)
+            rows.append(cells)
+        lines += [f"### {scale} scale", "", *markdown_table(header, rows, "lll" + "r" * len(models)), ""]
+    return lines
+
+
+def _span_section(inputs: ReportInputs) -> list[str]:
+    span = span_headline(inputs.span, inputs.subset, inputs.mapping)
+    range_columns = [c for c in span.columns if c.startswith("range_")]
+    header = [
+        "benchmark",
+        "load",
+        "metric",
+        "Δ_b",
+        *[f"range {c[len('range_') :]}" for c in range_columns],
+        "Φ_b",
+    ]
+    header += ["Φ median", "seed triples"]
+    rows = []
+    for _, r in span.iterrows():
+        rows.append(
+            [
+                r["benchmark"],
+                r["load"],
+                r["primary_metric"],
+                fmt_ci(r["delta"], r["delta_ci_low"], r["delta_ci_high"]),
+                *[fmt(r[c]) for c in range_columns],
+                fmt_ci(r["phi"], r["phi_ci_low"], r["phi_ci_high"]),
+                fmt(r["phi_median"]),
+                fmt_count(r["n_triples"]),
+            ]
+        )
+    c = inputs.summary.get("load_contrast") or {}
+    lines = [
+        "## Label-supervision span Δ_b beside the seed noise floor Φ_b",
+        "",
+        "Δ_b: the mean over scales of the range (max − min over branches) of the benchmark's primary metric. "
+        "Φ_b: the widest spread of that metric over the seeds of one recipe (— where no seed triple was "
+        "scored). Rows are grouped policy-load, capability-load, other.",
+        "",
+        *markdown_table(header, rows, "lll" + "r" * (len(header) - 3)),
+        "",
+        f"Mean Δ over policy-load benchmarks: "
+        f"{fmt_ci(c.get('policy_mean_delta'), c.get('policy_ci_low'), c.get('policy_ci_high'))}; over "
+        f"capability-load benchmarks: "
+        f"{fmt_ci(c.get('capability_mean_delta'), c.get('capability_ci_low'), c.get('capability_ci_high'))}; "
+        f"difference {fmt_ci(c.get('difference'), c.get('difference_ci_low'), c.get('difference_ci_high'))}.",
+        "",
+    ]
+    link = inputs.figure_links.get("span_vs_floor")
+    if link:
+        lines += [f"![Δ_b beside Φ_b per benchmark]({link})", ""]
+    lines += _noise_floor(inputs)
+    return lines
+
+
+def _noise_floor(inputs: ReportInputs) -> list[str]:
+    source = inputs.sources.get("noise_floor", "reports/analysis/noise_floor.csv")
+    floor = inputs.noise_floor
+    if floor is None:
+        return [
+            f"The seed noise floor table `{source}` is absent, so no per-recipe seed spread is reported.",
+            "",
+        ]
+    rows_here = headline_rows(floor, inputs.subset, inputs.mapping)
+    if rows_here.empty:
+        return [
+            f"The seed noise floor table `{source}` has no rows (no recipe was trained at several seeds), "
+            "so no "
+            "per-recipe seed spread is reported.",
+            "",
+        ]
+    rows = [
+        [r["recipe"], r["benchmark"], str(r["seeds"]), fmt_ci(r["spread"], r["ci_low"], r["ci_high"])]
+        for _, r in rows_here.sort_values(["recipe", "benchmark"]).iterrows()
+    ]
+    return [
+        "<details><summary>Seed spread per recipe and benchmark</summary>",
+        "",
+        *markdown_table(["recipe", "benchmark", "seeds", "spread"], rows, "lllr"),
+        "",
+        "</details>",
+        "",
+    ]
+
+
+def _contamination(inputs: ReportInputs) -> list[str]:
+    statuses = {n: e.get("status") for n, e in inputs.benchmarks.get("benchmarks", {}).items()}
+    rows = []
+    for name, e in sorted(inputs.contamination.get("benchmarks", {}).items()):
+        rows.append(
+            [
+                name + (" (missing)" if statuses.get(name) == "missing" else ""),
+                fmt_count(e.get("n")),
+                fmt_count(e.get("exact")),
+                fmt_rate(e.get("exact_rate")),
+                fmt_count(e.get("near_duplicate_only")),
+                fmt_rate(e.get("near_duplicate_only_rate")),
+                fmt_count(e.get("dropped")),
+                fmt_count(e.get("clean_n")),
+            ]
+        )
+    totals = inputs.contamination.get("totals", {})
+    return [
+        "## Contamination",
+        "",
+        "Overlap of each benchmark with the training pool (exact after normalisation; near: near-duplicate "
+        "only), and how many prompts the decontaminated (`clean`) copy dropped. Counts over whole "
+        "benchmarks, "
+        "so no sampling interval applies.",
+        "",
+        *markdown_table(
+            ["benchmark", "n", "exact", "exact rate", "near", "near rate", "dropped", "clean n"], rows
+        ),
+        "",
+        f"In all: {fmt_count(totals.get('any_overlap'))} overlapping prompts "
+        f"({fmt_rate(totals.get('any_overlap_rate'))}).",
+        "",
+    ]
+
+
+def _mapping_effect(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
+    effect = inputs.mapping_effect
+    effect = effect[effect["subset"] == inputs.subset] if "subset" in effect.columns else effect
+    info = headline.set_index("model")
+    rows = []
+    for model, group in effect.dropna(subset=["change"]).groupby("model", sort=True):
+        largest = group.loc[group["change"].abs().idxmax()]
+        scale = info.loc[model, "scale"] if model in info.index else MISSING
+        branch = info.loc[model, "branch"] if model in info.index else model
+        rows.append(
+            (
+                (_scale_rank(inputs, str(scale)), natural_key(str(branch)), str(model)),
+                [
+                    str(scale),
+                    str(model),
+                    fmt_signed(group["change"].mean()),
+                    f"{largest['benchmark']}: {fmt(largest['over_ref_default'])} → "
+                    f"{fmt(largest['over_ref_boundary_unsafe'])} ({fmt_signed(largest['change'])})",
+                ],
+            )
+        )
+    rows.sort(key=lambda item: item[0])
+    m = inputs.summary.get("mapping_effect") or {}
+    return [
+        "## Binary mapping effect",
+        "",
+        "Over-refusal when BOUNDARY_SAFE also counts as unsafe (mapping `boundary_unsafe`) minus the default "
+        f"mapping, subset `{inputs.subset}`: per model the mean change over the sets with safe prompts, and "
+        "the largest (the analysis gives no interval for a change).",
+        "",
+        *markdown_table(
+            ["scale", "model", "mean change", "largest change"],
+            [r for _, r in rows],
+            "llrl",
+            empty="No mapping effect was measured (no set with safe prompts was scored).",
+        ),
+        "",
+        f"Largest over all models: `{m.get('largest_model', MISSING)}` on "
+        f"`{m.get('largest_benchmark', MISSING)}`, "
+        f"{fmt_signed(m.get('largest_change'))}; mean change {fmt_signed(m.get('mean_change'))}.",
+        "",
+    ]
+
+
+def _rank_table(inputs: ReportInputs) -> list[str]:
+    tests = headline_rows(inputs.rank_test, inputs.subset, inputs.mapping)
+    tests = tests.sort_values(["set_name", "scale", "p_value", "benchmark"])
+    rows = [
+        [
+            r["set_name"],
+            r["scale"],
+            r["benchmark"],
+            f"{int(r['k'])} of {int(r['n'])}",
+            r["extreme"],
+            fmt_p(r["p_value"]),
+        ]
+        for _, r in tests.iterrows()
+    ]
+    return [
+        "## Rank tests",
+        "",
+        "Exact permutation test: p = 1/C(n, k) when the set takes all k top or bottom ranks of a benchmark, "
+        "1 otherwise (a p-value, not an interval).",
+        "",
+        *markdown_table(
+            ["branch set", "scale", "benchmark", "k of n", "extreme", "p"],
+            rows,
+            "lllrlr",
+            empty="No rank test was run (no branch set had its branches scored at any scale).",
+        ),
+        "",
+    ]
+
+
+def _correlation_table(inputs: ReportInputs) -> list[str]:
+    table = inputs.correlations.copy()
+    table["_order"] = [_scale_rank(inputs, s) for s in table["scale"]]
+    table["_load"] = [LOAD_ORDER.index(x) if x in LOAD_ORDER else len(LOAD_ORDER) for x in table["load"]]
+    table = table.sort_values(["_order", "val_policy", "_load"])
+    # The analysis may add a `note` column saying why a ρ is absent (too few models).
+    has_note = "note" in table.columns
+    rows = [
+        [r["scale"], r["val_policy"], r["load"], fmt(r["rho"]), fmt_p(r["p_value"]), fmt_count(r["n_models"])]
+        + ([MISSING if is_missing(r["note"]) else str(r["note"])] if has_note else [])
+        for _, r in table.iterrows()
+    ]
+    link = inputs.figure_links.get("cap_vs_overref")
+    return [
+        "## Spearman correlations",
+        "",
+        "ρ between VAL and the models' mean score on each load group's benchmarks, with its p-value.",
+        "",
+        *markdown_table(
+            ["scale", "VAL against", "load", "ρ", "p", "models", *(["note"] if has_note else [])],
+            rows,
+            "lllrrr" + ("l" if has_note else ""),
+            empty="No correlation was computed.",
+        ),
+        "",
+        *([f"![mean CAP vs mean OVER-REF per model]({link})", ""] if link else []),
+    ]
+
+
+def _xstest(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
+    per_type = inputs.xstest[inputs.xstest["subset"] == inputs.subset]
+    pairs = inputs.xstest_pairs[inputs.xstest_pairs["subset"] == inputs.subset]
+    if per_type.empty and pairs.empty:
+        return [
+            "## XSTest",
+            "",
+            f"No XSTest rows at subset `{inputs.subset}` (XSTest missing from this run).",
+            "",
+        ]
+    main = headline[headline["seed"] == inputs.main_seed]
+    types = sorted(set(per_type["xstest_type"]))
+    lines = [
+        "## XSTest",
+        "",
+        "Over-refusal per XSTest prompt type, and pair consistency (both prompts of a safe/contrast pair "
+        f"answered right), seed {inputs.main_seed}.",
+        "",
+    ]
+    for scale in _ordered_scales(inputs, main):
+        models = main[main["scale"] == scale]
+        rows = []
+        for _, m in models.iterrows():
+            mine = per_type[per_type["model"] == m["model"]].set_index("xstest_type")
+            pair = pairs[pairs["model"] == m["model"]]
+            cells = [m["branch"]]
+            for t in types:
+                cells.append(
+                    fmt_ci(*mine.loc[t, ["over_ref", "ci_low", "ci_high"]]) if t in mine.index else MISSING
+                )
+            if len(pair):
+                p = pair.iloc[0]
+                cells.append(
+                    f"{fmt_ci(p['consistency'], p['ci_low'], p['ci_high'])} "
+                    f"({fmt_count(p['consistent'])}/{fmt_count(p['pairs'])})"
+                )
+            else:
+                cells.append(MISSING)
+            rows.append(cells)
+        lines += [
+            f"<details><summary>{scale} scale</summary>",
+            "",
+            *markdown_table(["branch", *types, "pair consistency"], rows),
+            "",
+            "</details>",
+            "",
+        ]
+    return lines
+
+
+def _fingerprint(inputs: ReportInputs) -> list[str]:
+    source = inputs.sources.get("fingerprint", "reports/fingerprint.csv")
+    table = inputs.fingerprint
+    if table is None or table.empty:
+        return [
+            "## Policy fingerprint",
+            "",
+            f"The fingerprint table `{source}` is absent (stage `fingerprint` did not run), so how often "
+            "each "
+            "policy agrees with each benchmark's own gold is not reported.",
+            "",
+        ]
+    policies = sorted(set(table["policy"]))
+    rows = []
+    for benchmark, group in table.groupby("benchmark", sort=True):
+        mine = group.set_index("policy")
+        cells = [benchmark]
+        for policy in policies:
+            if policy in mine.index:
+                r = mine.loc[policy]
+                cells.append(
+                    f"{fmt_ci(r['agreement'], r['ci_low'], r['ci_high'])} ({r['labeler']}, "
+                    f"{fmt_count(r['agree'])}/{fmt_count(r['n'])})"
+                )
+            else:
+                cells.append(MISSING)
+        rows.append(cells)
+    return [
+        "## Policy fingerprint",
+        "",
+        "How often each policy's binary label of a benchmark's prompts agrees with the benchmark's own gold "
+        "(labeler, agreeing/labelled prompts): a benchmark that agrees with one policy far more than the "
+        "other "
+        "encodes that policy.",
+        "",
+        *markdown_table(["benchmark", *policies], rows),
+        "",
+    ]
+
+
+def _agreement(inputs: ReportInputs) -> list[str]:
+    a = inputs.agreement
+    pair = a.get("pair", ["?", "?"])
+    link = inputs.figure_links.get("agreement_heatmap")
+    figure = (
+        [f"![label agreement heatmap]({link})"]
+        if link
+        else [f"The heatmap `{inputs.sources.get('agreement_heatmap', 'agreement_heatmap.png')}` is absent."]
+    )
+    return [
+        "## Label agreement between the policies",
+        "",
+        f"`{pair[0]}` vs `{pair[1]}` over {fmt_count(a.get('n'))} pool prompts (the whole pool, so no "
+        "sampling interval): coarse agreement "
+        f"{fmt_rate(a.get('coarse_agreement'))} (Cohen's κ {fmt(a.get('cohen_kappa_coarse'))}), binary "
+        f"agreement {fmt_rate(a.get('binary_agreement'))} (κ {fmt(a.get('cohen_kappa_binary'))}), binary "
+        "with "
+        f"BOUNDARY_SAFE unsafe {fmt_rate(a.get('binary_agreement_boundary_unsafe'))}.",
+        "",
+        *([f"> {a['verdict']}", ""] if a.get("verdict") else []),
+        *figure,
+        "",
+    ]
+
+
+def _reproduce(inputs: ReportInputs) -> list[str]:
+    return [
+        "## How to reproduce",
+        "",
+        "```bash",
+        "make repro                                   # dvc repro: every stage, this report last",
+        f"dvc exp run -S profile={inputs.profile}                # the same run as an experiment",
+        "dvc exp run -S analysis.mapping=boundary_unsafe   # e.g. a headline under the other mapping",
+        "make diff REV=main                           # metrics and params vs a git revision or DVC "
+        "experiment",
+        "```",
+        "",
+    ]
+
+
+def render_report(inputs: ReportInputs) -> str:
+    """The whole REPORT.md text, in the order the brief of the study's readers asks for."""
+    headline = branch_headline(
+        inputs.scores,
+        subset=inputs.subset,
+        mapping=inputs.mapping,
+        val_split=inputs.val_split,
+        policies=inputs.policies,
+        source=inputs.sources.get("scores", SCORES_FILE),
+    )
+    sections = [
+        _header(inputs),
+        _reading(inputs, headline),
+        _table1(inputs, headline),
+        _per_benchmark(inputs, headline),
+        _span_section(inputs),
+        _contamination(inputs),
+        _mapping_effect(inputs, headline),
+        _rank_table(inputs),
+        _correlation_table(inputs),
+        _xstest(inputs, headline),
+        _fingerprint(inputs),
+        _agreement(inputs),
+        _reproduce(inputs),
+    ]
+    text = "\n".join(line for section in sections for line in section)
+    return text.rstrip("\n") + "\n"

@@ -1,0 +1,321 @@
+"""Stage report: the analysis tables and the earlier stages' reports -> reports/REPORT.md, figures, plot CSVs.
+
+Reads reports/analysis/ (stage `analyse`), reports/fingerprint.csv (stage `fingerprint`, optional),
+reports/contamination.json (`audit`), reports/agreement.json and its heatmap (`agreement`),
+reports/benchmarks.json (`benchmarks_report`), data/models.yaml (`guardpolicy plan`) and params.yaml; the
+Markdown and figures are built by the pure `guardpolicy.reporting.report` / `.figures`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from guardpolicy.config import load_params
+from guardpolicy.errors import InputError
+from guardpolicy.io import atomic_path, read_json, write_text
+from guardpolicy.reporting.figures import cap_vs_overref_png, span_vs_floor_png
+from guardpolicy.reporting.report import (
+    ReportInputs,
+    branch_headline,
+    branch_scores_table,
+    render_report,
+    span_headline,
+    span_plot_table,
+)
+from guardpolicy.training.branches import main_seed, teacher_name
+
+log = logging.getLogger(__name__)
+
+ANALYSE = "analyse"
+# Required columns of each analysis table (docs/data-contracts.md, "Analysis") and which are numbers.
+TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "scores": (
+        (
+            "model",
+            "kind",
+            "scale",
+            "branch",
+            "seed",
+            "recipe",
+            "benchmark",
+            "subset",
+            "mapping",
+            "metric",
+            "value",
+            "ci_low",
+            "ci_high",
+            "interval",
+            "n",
+        ),
+        ("seed", "value", "ci_low", "ci_high", "n"),
+    ),
+    "span": (
+        (
+            "benchmark",
+            "subset",
+            "mapping",
+            "load",
+            "primary_metric",
+            "delta",
+            "delta_ci_low",
+            "delta_ci_high",
+            "phi",
+            "phi_ci_low",
+            "phi_ci_high",
+            "phi_median",
+            "n_triples",
+        ),
+        (
+            "delta",
+            "delta_ci_low",
+            "delta_ci_high",
+            "phi",
+            "phi_ci_low",
+            "phi_ci_high",
+            "phi_median",
+            "n_triples",
+        ),
+    ),
+    "noise_floor": (
+        ("recipe", "benchmark", "subset", "mapping", "seeds", "spread", "ci_low", "ci_high"),
+        ("spread", "ci_low", "ci_high"),
+    ),
+    "rank_test": (
+        ("benchmark", "scale", "subset", "mapping", "set_name", "k", "n", "extreme", "p_value"),
+        ("k", "n", "p_value"),
+    ),
+    "correlations": (
+        ("scale", "val_policy", "load", "rho", "p_value", "n_models"),
+        ("rho", "p_value", "n_models"),
+    ),
+    "mapping_effect": (
+        ("model", "benchmark", "subset", "over_ref_default", "over_ref_boundary_unsafe", "change"),
+        ("over_ref_default", "over_ref_boundary_unsafe", "change"),
+    ),
+    "xstest": (
+        ("model", "subset", "xstest_type", "n", "over_ref", "ci_low", "ci_high"),
+        ("n", "over_ref", "ci_low", "ci_high"),
+    ),
+    "xstest_pairs": (
+        ("model", "subset", "pairs", "consistent", "consistency", "ci_low", "ci_high"),
+        ("pairs", "consistent", "consistency", "ci_low", "ci_high"),
+    ),
+    "fingerprint": (
+        ("benchmark", "policy", "labeler", "n", "agree", "agreement", "ci_low", "ci_high"),
+        ("n", "agree", "agreement", "ci_low", "ci_high"),
+    ),
+}
+SUMMARY_KEYS = ("copyright_vs_noise", "load_contrast", "rank_tests", "correlations", "mapping_effect")
+PLAN_FIELDS = ("kind", "scale", "branch", "seed", "recipe")
+
+
+def _not_found(path: Path, writer: str) -> InputError:
+    return InputError(path, f"file not found; it is written by {writer}")
+
+
+def read_table(path: str | Path, table: str, writer: str) -> pd.DataFrame:
+    """A contract CSV: every required column present and number columns numeric, else an InputError."""
+    path = Path(path)
+    if not path.is_file():
+        raise _not_found(path, writer)
+    columns, numeric = TABLES[table]
+    # Only empty cells are missing values: `none` (rank-test extreme) or `NA` are data, not nulls.
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(path, f"missing column(s) {missing}", row="header", field=missing[0])
+    for column in numeric:
+        parsed = pd.to_numeric(frame[column], errors="coerce")
+        bad = parsed.isna() & frame[column].notna()
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise InputError(
+                path, f"expected a number, got {frame[column].iloc[row]!r}", row=row + 1, field=column
+            )
+        frame[column] = parsed.astype(float)
+    if "seed" in frame.columns:
+        frame["seed"] = frame["seed"].astype(int)
+    return frame
+
+
+def read_report_json(path: str | Path, writer: str, required: Sequence[str] = ()) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise _not_found(path, writer)
+    try:
+        payload = read_json(path)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"not valid JSON: {exc.msg}", row=exc.lineno) from exc
+    if not isinstance(payload, dict):
+        raise InputError(path, "expected a JSON object at the top level")
+    for key in required:
+        if key not in payload:
+            raise InputError(path, "required key is missing", field=key)
+    return payload
+
+
+def read_plan(plan_file: str | Path) -> pd.DataFrame:
+    """data/models.yaml `evaluations` as rows: model, kind, scale, branch, seed, recipe."""
+    path = Path(plan_file)
+    if not path.is_file():
+        raise _not_found(path, "`guardpolicy plan`")
+    with open(path, encoding="utf-8") as handle:
+        document = yaml.safe_load(handle) or {}
+    evaluations = document.get("evaluations")
+    if not isinstance(evaluations, dict) or not evaluations:
+        raise InputError(path, "no `evaluations` mapping; rerun `guardpolicy plan`", field="evaluations")
+    rows = []
+    for model, entry in sorted(evaluations.items()):
+        for name in PLAN_FIELDS:
+            if name not in (entry or {}):
+                raise InputError(path, "required key is missing", row=f"evaluations.{model}", field=name)
+        rows.append({"model": model, **{name: entry[name] for name in PLAN_FIELDS}})
+    return pd.DataFrame(rows)
+
+
+def _write_png(path: Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def _write_csv(path: Path, table: pd.DataFrame) -> None:
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False, lineterminator="\n")
+
+
+def _link(target: Path, markdown: Path) -> str:
+    return Path(os.path.relpath(target, markdown.parent)).as_posix()
+
+
+def report(
+    params_file: str = "params.yaml",
+    plan_file: str = "data/models.yaml",
+    analysis_dir: str = "reports/analysis",
+    fingerprint_file: str = "reports/fingerprint.csv",
+    contamination_file: str = "reports/contamination.json",
+    agreement_file: str = "reports/agreement.json",
+    benchmarks_file: str = "reports/benchmarks.json",
+    agreement_heatmap: str = "reports/figures/agreement_heatmap.png",
+    out: str = "reports/REPORT.md",
+    figures_dir: str = "reports/figures",
+    plots_dir: str = "reports/plots",
+) -> str:
+    """Write REPORT.md, span_vs_floor.png, cap_vs_overref.png and the DVC plot CSVs; return the Markdown."""
+    params = load_params(params_file)
+    analysis = Path(analysis_dir)
+    analyse = f"stage `{ANALYSE}` (run `dvc repro {ANALYSE}`)"
+    tables = {
+        name: read_table(analysis / f"{name}.csv", name, analyse)
+        for name in (
+            "scores",
+            "span",
+            "rank_test",
+            "correlations",
+            "mapping_effect",
+            "xstest",
+            "xstest_pairs",
+        )
+    }
+    noise_floor_path = analysis / "noise_floor.csv"
+    noise_floor = read_table(noise_floor_path, "noise_floor", analyse) if noise_floor_path.is_file() else None
+    fingerprint_path = Path(fingerprint_file)
+    fingerprint = (
+        read_table(fingerprint_path, "fingerprint", "stage `fingerprint`")
+        if fingerprint_path.is_file()
+        else None
+    )
+    summary = read_report_json(analysis / "summary.json", analyse, SUMMARY_KEYS)
+    contamination = read_report_json(contamination_file, "stage `audit`", ("benchmarks",))
+    agreement = read_report_json(agreement_file, "stage `agreement`", ("pair", "n"))
+    benchmarks = read_report_json(benchmarks_file, "stage `benchmarks_report`", ("benchmarks",))
+    plan = read_plan(plan_file)
+    log.info(
+        "report: %d score rows, %d models, %d span rows; fingerprint %s, noise floor %s",
+        len(tables["scores"]),
+        tables["scores"]["model"].nunique(),
+        len(tables["span"]),
+        "present" if fingerprint is not None else "absent",
+        "present" if noise_floor is not None else "absent",
+    )
+
+    analysis_params = params.analysis
+    headline = branch_headline(
+        tables["scores"],
+        subset=analysis_params.subset,
+        mapping=analysis_params.mapping,
+        val_split=analysis_params.val_split,
+        policies=tuple(params.policies),
+        source=str(Path(analysis_dir) / "scores.csv"),
+    )
+    seed = main_seed(params)
+    figures = Path(figures_dir)
+    plots = Path(plots_dir)
+    markdown = Path(out)
+    _write_png(
+        figures / "span_vs_floor.png",
+        span_vs_floor_png(span_headline(tables["span"], analysis_params.subset, analysis_params.mapping)),
+    )
+    _write_png(figures / "cap_vs_overref.png", cap_vs_overref_png(headline, list(params.scales), seed))
+    _write_csv(plots / "branch_scores.csv", branch_scores_table(headline))
+    _write_csv(
+        plots / "span.csv", span_plot_table(tables["span"], analysis_params.subset, analysis_params.mapping)
+    )
+
+    heatmap = Path(agreement_heatmap)
+    teacher_descriptions = {
+        teacher_name(policy): f"The {t.scale} encoder, {t.trainable} fine-tune on 100 % of {policy}'s hard "
+        f"labels ({t.train_set} split); the teacher the branches distil from."
+        for policy, t in params.teachers.items()
+    }
+    inputs = ReportInputs(
+        profile=params.profile,
+        profile_description=params.active.description,
+        main_seed=seed,
+        scales=tuple(params.scales),
+        policies=tuple(params.policies),
+        subset=analysis_params.subset,
+        mapping=analysis_params.mapping,
+        val_split=analysis_params.val_split,
+        val_policy=analysis_params.val_policy,
+        load_policy=analysis_params.load.policy,
+        load_capability=analysis_params.load.capability,
+        branch_descriptions={name: b.description for name, b in params.branches.items()},
+        teacher_descriptions=teacher_descriptions,
+        plan=plan,
+        summary=summary,
+        scores=tables["scores"],
+        span=tables["span"],
+        rank_test=tables["rank_test"],
+        correlations=tables["correlations"],
+        mapping_effect=tables["mapping_effect"],
+        xstest=tables["xstest"],
+        xstest_pairs=tables["xstest_pairs"],
+        contamination=contamination,
+        agreement=agreement,
+        benchmarks=benchmarks,
+        noise_floor=noise_floor,
+        fingerprint=fingerprint,
+        figure_links={
+            "span_vs_floor": _link(figures / "span_vs_floor.png", markdown),
+            "cap_vs_overref": _link(figures / "cap_vs_overref.png", markdown),
+            "agreement_heatmap": _link(heatmap, markdown) if heatmap.is_file() else None,
+        },
+        sources={
+            "scores": str(Path(analysis_dir) / "scores.csv"),
+            "noise_floor": str(noise_floor_path),
+            "fingerprint": str(fingerprint_path),
+            "agreement_heatmap": str(heatmap),
+        },
+    )
+    text = render_report(inputs)
+    write_text(markdown, text)
+    log.info("report: wrote %s, 2 figures in %s, 2 plot tables in %s", markdown, figures, plots)
+    return text
