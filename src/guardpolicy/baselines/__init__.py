@@ -1,0 +1,11 @@
+"""Open generative guard baselines (Qwen3Guard, Granite Guardian, Llama Guard) on the same prompts as ours.
+
+* `base`: the adapter / backend interface and the verdict a parser returns;
+* `adapters`: each guard family's prompt and output format, read into a verdict that never raises;
+* `mapping`: verdict -> binary decision (strict / relaxed) under a parse-failure policy, and failure counts;
+* `backends`: local transformers and an OpenAI-compatible server (vLLM), asking only for the few log-probs
+  the decision needs;
+* `cache`: raw outputs keyed by model + revision, template hash, decoding and prompt, so a parser, mapping or
+  threshold change never reruns a model;
+* `registry`: data/baselines.yaml, the guards with pinned revisions and their hardware needs.
+"""

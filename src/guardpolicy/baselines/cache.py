@@ -1,0 +1,212 @@
+"""Raw-output cache for guard baselines: a model's answers stored once, re-read by every later run.
+
+The key is the sha256 of what determines the raw answer and nothing else: the model id, its revision, the
+fingerprint of the rendered prompt template (`Backend.template_fingerprint`: chat template plus the adapter's
+messages and template kwargs, e.g. Granite's risk name), the decoding parameters (sorted JSON) and the
+prompt's sha256. A parser, mapping or threshold change reads the same answers again; only a change to one
+of those inputs reruns the model.
+
+`CachedBackend` wraps any `base.Backend`: it looks every prompt up, sends only the misses to the wrapped
+backend in one batch (duplicates once), stores their answers and returns one `Generation` per prompt in
+order. It counts backend calls, prompts generated and cache hits for the caller to log and report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from guardpolicy.baselines.base import Backend, Decoding, Generation, GuardAdapter
+from guardpolicy.errors import GuardpolicyError
+
+log = logging.getLogger(__name__)
+
+# SQLite caps the number of bound parameters per statement; look keys up in chunks below it.
+_LOOKUP_CHUNK = 500
+
+
+class BaselineCacheError(GuardpolicyError):
+    """The wrapped backend broke its contract (e.g. returned a different number of generations)."""
+
+
+def prompt_hash(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+
+
+def decoding_json(decoding: Decoding) -> str:
+    return json.dumps(dataclasses.asdict(decoding), sort_keys=True)
+
+
+def cache_key(
+    model_id: str, revision: str | None, template_fingerprint: str, decoding: Decoding, prompt: str
+) -> str:
+    material = json.dumps(
+        [model_id, revision, template_fingerprint, decoding_json(decoding), prompt_hash(prompt)],
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def _record(generation: Generation) -> str:
+    return json.dumps(
+        {
+            "text": generation.text,
+            "decision_logprobs": dict(generation.decision_logprobs),
+            "finish_reason": generation.finish_reason,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+
+
+def _generation(record: Any) -> Generation | None:
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        return None
+    logprobs = record.get("decision_logprobs") or {}
+    if not isinstance(logprobs, dict) or not all(isinstance(v, int | float) for v in logprobs.values()):
+        return None
+    finish = record.get("finish_reason")
+    return Generation(
+        text=record["text"],
+        decision_logprobs={str(k): float(v) for k, v in logprobs.items()},
+        finish_reason=finish if isinstance(finish, str) else None,
+    )
+
+
+class GenerationCache:
+    """Raw generations in one SQLite file (`<dir>/generations.sqlite`), keyed by `cache_key`.
+
+    One file rather than one per answer, as the committee's answer cache: a full comparison is
+    ~10^5 answers per guard. Each put is committed at once, so an interrupted run keeps what it paid for.
+    The model id and revision are stored beside each answer so a cache can be audited or pruned per model.
+    """
+
+    FILE_NAME = "generations.sqlite"
+
+    def __init__(self, directory: str | Path) -> None:
+        self.path = Path(directory) / self.FILE_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS generations (key TEXT PRIMARY KEY, model_id TEXT NOT NULL, "
+            "revision TEXT, record TEXT NOT NULL)"
+        )
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
+        """The cached generations among `keys`; an unreadable entry is a miss (asked again, then replaced)."""
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, Generation] = {}
+        for start in range(0, len(wanted), _LOOKUP_CHUNK):
+            chunk = wanted[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT key, record FROM generations WHERE key IN ({marks})", chunk
+                ).fetchall()
+            for key, text in rows:
+                try:
+                    generation = _generation(json.loads(text))
+                except json.JSONDecodeError:
+                    generation = None
+                if generation is None:
+                    log.warning("baseline cache %s: unreadable entry %s, generating again", self.path, key)
+                    continue
+                found[key] = generation
+        return found
+
+    def get(self, key: str) -> Generation | None:
+        return self.get_many([key]).get(key)
+
+    def put_many(
+        self, items: Iterable[tuple[str, Generation]], *, model_id: str, revision: str | None
+    ) -> None:
+        rows = [(key, model_id, revision, _record(generation)) for key, generation in items]
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO generations (key, model_id, revision, record) VALUES (?, ?, ?, ?)",
+                rows,
+            )
+            self._db.execute("COMMIT")
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM generations").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+@dataclasses.dataclass
+class CacheStats:
+    """What a `CachedBackend` did: backend calls, prompts sent to the model, prompts answered from cache."""
+
+    backend_calls: int = 0
+    prompts_generated: int = 0
+    cache_hits: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+class CachedBackend:
+    """A `base.Backend` that answers from a `GenerationCache` and runs the wrapped backend only for misses."""
+
+    def __init__(self, backend: Backend, cache: GenerationCache) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.stats = CacheStats()
+
+    @property
+    def model_id(self) -> str:
+        return self.backend.model_id
+
+    @property
+    def revision(self) -> str | None:
+        return self.backend.revision
+
+    def template_fingerprint(self, adapter: GuardAdapter) -> str:
+        return self.backend.template_fingerprint(adapter)
+
+    def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
+        fingerprint = self.backend.template_fingerprint(adapter)
+        keys = [cache_key(self.model_id, self.revision, fingerprint, decoding, prompt) for prompt in prompts]
+        found = self.cache.get_many(keys)
+        # One generation per distinct missing prompt, in first-seen order.
+        missing: dict[str, str] = {}
+        for key, prompt in zip(keys, prompts, strict=True):
+            if key not in found and key not in missing:
+                missing[key] = prompt
+        self.stats.cache_hits += sum(key in found for key in keys)
+        if missing:
+            batch = list(missing.values())
+            generations = self.backend.generate(adapter, batch, decoding)
+            if len(generations) != len(batch):
+                raise BaselineCacheError(
+                    f"backend {self.model_id!r} returned {len(generations)} generations "
+                    f"for {len(batch)} prompts"
+                )
+            self.stats.backend_calls += 1
+            self.stats.prompts_generated += len(batch)
+            fresh = dict(zip(missing, generations, strict=True))
+            self.cache.put_many(fresh.items(), model_id=self.model_id, revision=self.revision)
+            found.update(fresh)
+        log.info(
+            "%s (%s): %d prompts, %d from cache, %d generated",
+            self.model_id,
+            adapter.family,
+            len(prompts),
+            len(prompts) - sum(key in missing for key in keys),
+            len(missing),
+        )
+        return [found[key] for key in keys]
