@@ -593,6 +593,46 @@ class FingerprintConfig:
     facts_file: str = "data/benchmark_facts.yaml"
 
 
+@dataclass(frozen=True)
+class BaselineGuardConfig:
+    """One open guard to run in the baselines sub-pipeline (its registry entry is data/baselines.yaml)."""
+
+    backend: Literal["transformers", "server"] = "transformers"
+    # transformers: a local folder or the hub id (the registry's pinned revision is used for a hub id);
+    # server: the model name the server serves. Null: the registry's hub id.
+    model: str | None = None
+    # server only: the OpenAI-compatible endpoint, e.g. http://localhost:8000/v1
+    base_url: str | None = None
+    batch_size: int = 8
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    # Qwen3Guard's middle class as unsafe (`strict`) or safe (`relaxed`) for the headline; both are written.
+    mapping: Literal["strict", "relaxed"] | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend == "server" and not self.base_url:
+            raise ConfigError("backend server needs base_url (e.g. http://localhost:8000/v1)")
+        if self.batch_size <= 0:
+            raise ConfigError(f"batch_size must be positive, got {self.batch_size}")
+
+
+@dataclass(frozen=True)
+class BaselinesConfig:
+    """The optional open-guard sub-pipeline (pipelines/baselines/dvc.yaml)."""
+
+    registry: str = "data/baselines.yaml"
+    guards: dict[str, BaselineGuardConfig] = field(default_factory=dict)
+    # What an answer the parser cannot read counts as: unsafe, safe, or excluded (and counted) from the rates.
+    failure_policy: Literal["unsafe", "safe", "exclude"] = "exclude"
+    max_new_tokens: int = 32
+    top_logprobs: int = 5
+    # Raw generations, keyed by model + revision + template + decoding + prompt (never a DVC output).
+    cache_dir: str = ".cache/baselines"
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens <= 0 or not 1 <= self.top_logprobs <= 20:
+            raise ConfigError("max_new_tokens must be positive and top_logprobs within 1..20")
+
+
 def _default_scales() -> dict[str, Literal["student", "teacher"]]:
     return {"small": "student", "large": "teacher"}
 
@@ -617,6 +657,7 @@ class Params:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     fingerprint: FingerprintConfig = field(default_factory=FingerprintConfig)
+    baselines: BaselinesConfig = field(default_factory=BaselinesConfig)
 
     def __post_init__(self) -> None:
         if self.profile not in self.profiles:
