@@ -301,6 +301,7 @@ def test_real_registry_loads():
         "granite_guardian_3_1_8b",
         "llama_guard_3_1b",
         "llama_guard_3_8b",
+        "prompt_guard_86m",
     }
     assert isinstance(build_adapter(registry["qwen3guard_8b"]), Qwen3GuardAdapter)
     assert build_adapter(registry["qwen3guard_8b"], "relaxed").mapping == "relaxed"

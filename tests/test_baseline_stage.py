@@ -213,7 +213,7 @@ def test_unknown_or_unpinned_guards_are_config_errors(workspace: Path) -> None:
 
 def test_sub_pipeline_declares_existing_deps_and_the_stage_outputs() -> None:
     document = yaml.safe_load((REPO_ROOT / "pipelines" / "baselines" / "dvc.yaml").read_text())
-    assert document["vars"] == ["../../params.yaml:baselines"]
+    assert document["vars"] == ["../../params.yaml:baselines,profile"]
     stage = document["stages"]["baseline"]
     assert stage["foreach"] == "${baselines.guards}"
     body = stage["do"]
@@ -234,3 +234,12 @@ def test_sub_pipeline_declares_existing_deps_and_the_stage_outputs() -> None:
     )
     assert body["outs"][0] == "reports/baselines/${key}/predictions.parquet"
     assert list(body["metrics"][0]) == ["reports/baselines/${key}/metrics.json"]
+    # The root analysis reads the guards' folder, and each guard card depends on the report: so
+    # `dvc repro pipelines/baselines/dvc.yaml` runs baseline@ -> analyse -> report -> guard_card@.
+    assert "reports/baselines" in root["analyse"]["deps"]
+    card = document["stages"]["guard_card"]
+    assert card["foreach"] == "${baselines.guards}"
+    assert card["do"]["wdir"] == "../.." and "reports/REPORT.md" in card["do"]["deps"]
+    for dep in card["do"]["deps"]:
+        made = any(dep == out or dep.startswith(out + "/") for out in produced)
+        assert (REPO_ROOT / dep).exists() or made, f"dependency {dep} is not in the repository nor produced"

@@ -1,7 +1,8 @@
 """End to end: copy the repository into a fresh git repository and run the real `dvc repro` on the smoke
 profile — first the DAG through training (timed against the issue's 3-minute bound), then the rest:
 evaluation, analysis, the report — and check the outputs, the metrics, the timing records, that a second
-`dvc repro` is a fast no-op, which stages an edit reruns, and that `guardpolicy diff` reads an experiment.
+`dvc repro` is a fast no-op, which stages an edit reruns, that `guardpolicy diff` reads an experiment, and
+that `dvc repro pipelines/baselines/dvc.yaml` with local guard folders puts the open guards in the report.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import ABSENT_FROM_MIRROR, EXPECTED_ROWS, MIRROR, REPO_ROOT, write_params
+from test_baseline_backends import FAMILIES, build_tiny_guard, byte_level_bpe
+from test_baseline_classifier import build_tiny_classifier
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +52,10 @@ def _copy_repository(destination: Path) -> None:
         .split("\0")
     )
     for relative in filter(None, listed):
-        if relative == "dvc.lock" or relative.startswith(("reports/", "tests/")):
+        # reports/baselines/README.md is kept: the folder is a dependency of stage analyse.
+        if relative == "dvc.lock" or (
+            relative.startswith(("reports/", "tests/")) and relative != "reports/baselines/README.md"
+        ):
             continue
         source = REPO_ROOT / relative
         if source.is_file():
@@ -316,3 +322,58 @@ def test_changing_one_branch_teacher_reruns_only_that_branch_and_diff_shows_it(s
     text = (work / "reports" / "diff.md").read_text()
     assert diff.returncode == 0 and "branches.E8.teacher" in text
     assert "small-E8" in text
+
+
+def test_baselines_sub_pipeline_with_local_guards_reaches_the_report(smoke_repo, tmp_path):
+    """Two open guards from local folders (a tiny random Qwen3Guard-format causal LM, whose answers do not
+    parse and are excluded, and a tiny Prompt-Guard-format classifier): `dvc repro
+    pipelines/baselines/dvc.yaml` runs baseline@ for both, the analysis and the report, then the guard
+    cards; REPORT.md carries them in Table 2 and the calibrated comparison; a second run is a no-op."""
+    work, env, *_ = smoke_repo
+    qwen = build_tiny_guard(FAMILIES["qwen3guard"], byte_level_bpe(), tmp_path / "qwen3guard")
+    classifier = build_tiny_classifier(tmp_path / "prompt_guard")
+    params_file = work / "params.yaml"
+    params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    params["baselines"]["guards"] = {
+        "qwen3guard_0_6b": {"backend": "transformers", "model": str(qwen), "batch_size": 64, "dtype": "fp32"},
+        "prompt_guard_86m": {"backend": "transformers", "model": str(classifier), "batch_size": 64},
+    }
+    params["baselines"]["max_new_tokens"] = 8
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    start = time.perf_counter()
+    result = _run([str(BIN / "dvc"), "repro", "pipelines/baselines/dvc.yaml"], work, env)
+    elapsed = time.perf_counter() - start
+    ran = _ran_stages(result)
+    print(f"baselines sub-pipeline: {elapsed:.0f} s, stages {sorted(ran)}")
+    guards = ("qwen3guard_0_6b", "prompt_guard_86m")
+    assert {f"baseline@{g}" for g in guards} | {f"guard_card@{g}" for g in guards} | {
+        "analyse",
+        "report",
+    } <= ran
+    assert not {s for s in ran if s.startswith(("train@", "evaluate@", "teacher@"))}
+    text = (work / "reports" / "REPORT.md").read_text(encoding="utf-8")
+    table2 = text[text.index("## Table 2") : text.index("## Rank tests")]
+    assert "`qwen3guard_0_6b` (Qwen/Qwen3Guard-Gen-0.6B @ fada3b2f65)" in table2
+    assert "`prompt_guard_86m` (meta-llama/Prompt-Guard-86M @ 1209add6ca)" in table2
+    assert "### Calibrated comparison" in table2
+    calibration = pd.read_csv(work / "reports" / "analysis" / "calibration.csv")
+    assert set(calibration["guard"]) == {f"baseline-{g}" for g in guards}
+    # The classifier always answers: a real target rate and matched thresholds for our models.
+    classifier_rows = calibration[calibration["guard"] == "baseline-prompt_guard_86m"]
+    assert classifier_rows["target_over_ref"].notna().all()
+    parse = pd.read_csv(work / "reports" / "analysis" / "baseline_parse.csv")
+    by_guard = parse.groupby("model")[["n", "ok", "failed"]].sum()
+    assert by_guard.loc["baseline-prompt_guard_86m", "ok"] == by_guard.loc["baseline-prompt_guard_86m", "n"]
+    # Random weights do not write `Safety: ...`: counted as failed, never silently dropped.
+    assert by_guard.loc["baseline-qwen3guard_0_6b", "failed"] > 0
+    for guard in guards:
+        card = (work / "reports" / "guards" / f"{guard}.md").read_text(encoding="utf-8")
+        assert f"# Guard card — `{guard}`" in card
+        predictions = pd.read_parquet(work / "reports" / "baselines" / guard / "predictions.parquet")
+        assert len(predictions) == len(
+            pd.read_parquet(work / "reports" / "eval" / "small-E1" / "predictions.parquet")
+        )
+    summary = json.loads((work / "reports" / "analysis" / "summary.json").read_text(encoding="utf-8"))
+    assert set(summary["baselines"]) == set(guards)
+    again = _run([str(BIN / "dvc"), "repro", "pipelines/baselines/dvc.yaml"], work, env)
+    assert not _ran_stages(again)

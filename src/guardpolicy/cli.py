@@ -16,6 +16,8 @@
     guardpolicy fingerprint                   # benchmarks labelled by each policy vs their own gold
     guardpolicy analyse                       # spans, noise floor, rank tests, correlations, intervals
     guardpolicy report                        # reports/REPORT.md and figures
+    guardpolicy baseline qwen3guard_0_6b      # one baseline@<guard> stage by hand (open guard predictions)
+    guardpolicy guard-card qwen3guard_0_6b    # its card, reports/guards/<guard>.md
     guardpolicy diff --rev main               # Markdown: metrics + params diff vs a revision or experiment
     guardpolicy taxonomy                      # the validated label space
     guardpolicy params                        # the active profile, validated
@@ -40,9 +42,11 @@ from guardpolicy.runner import guarded
 from guardpolicy.stages import agreement as agreement_stage
 from guardpolicy.stages import analyse as analyse_stage
 from guardpolicy.stages import audit as audit_stage
+from guardpolicy.stages import baselines as baseline_stage
 from guardpolicy.stages import benchmarks as benchmark_stages
 from guardpolicy.stages import evaluate as evaluate_stage
 from guardpolicy.stages import fingerprint as fingerprint_stage
+from guardpolicy.stages import guard_card as guard_card_stage
 from guardpolicy.stages import labels as label_stage
 from guardpolicy.stages import pool as pool_stage
 from guardpolicy.stages import report as report_stage
@@ -106,6 +110,8 @@ COMMANDS = {
     "fingerprint": guarded(fingerprint_stage.fingerprint),
     "analyse": guarded(analyse_stage.analyse),
     "report": guarded(report_stage.report),
+    "baseline": guarded(baseline_stage.baseline),
+    "guard-card": guarded(guard_card_stage.write_guard_card),
     "diff": guarded(diff),
     "taxonomy": guarded(show_taxonomy),
     "params": guarded(show_params),

@@ -565,6 +565,9 @@ class AnalysisConfig:
     # VAL for the correlations: the split and the policy whose labels it is scored against.
     val_split: str = "val"
     val_policy: str = "policy_a"
+    # The held-out benign items of the calibrated baseline comparison: this split's prompts that every
+    # policy labels safe; our models' thresholds are matched to each guard's over-refusal there.
+    calibration_split: str = "val"
     load: LoadConfig = field(default_factory=LoadConfig)
     # Named branch sets for the exact rank test (k of the n branches at one scale).
     rank_sets: dict[str, tuple[str, ...]] = field(

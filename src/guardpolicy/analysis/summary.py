@@ -115,8 +115,12 @@ def build_summary(
     correlations: pd.DataFrame,
     mapping_effect: pd.DataFrame,
     fingerprint: pd.DataFrame | None,
+    baselines: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """summary.json: the headline subset and mapping's answers (see docs/data-contracts.md, "Analysis")."""
+    """summary.json: the headline subset and mapping's answers (see docs/data-contracts.md, "Analysis").
+
+    `baselines` (per open guard, from `analysis.baselines.baseline_summary`) is added only when guards were
+    analysed, so the default run's summary does not change shape."""
     payload: dict[str, Any] = {
         "subset": subset,
         "mapping": mapping,
@@ -134,4 +138,6 @@ def build_summary(
     fingerprint_tree = fingerprint_summary(fingerprint)
     if fingerprint_tree is not None:
         payload["fingerprint"] = fingerprint_tree
+    if baselines:
+        payload["baselines"] = dict(baselines)
     return clean_tree(payload)

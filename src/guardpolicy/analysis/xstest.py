@@ -25,15 +25,17 @@ def type_over_refusal(
 ) -> pd.DataFrame:
     """xstest.csv: over_ref on the safe prompts of each XSTest type (`category`), per model and subset."""
     decisions = matrix.decisions[mapping]  # [n, M]
+    valid = matrix.valid_mask(mapping)  # [n, M]: a guard's excluded answers count for neither side
     rows = []
     for subset in SUBSETS:
         safe = matrix.subset_rows(subset) & ~matrix.expected_unsafe
         types = sorted({t for t in matrix.category[safe] if t is not None})
         for xstest_type in types:
             chosen = safe & (matrix.category == xstest_type)
-            n = int(chosen.sum())
-            flagged = decisions[chosen].sum(axis=0)  # [M]
+            scored = valid[chosen].sum(axis=0)  # [M]
+            flagged = (decisions[chosen] & valid[chosen]).sum(axis=0)  # [M]
             for i, model in enumerate(models):
+                n = int(scored[i])
                 low, high = wilson_interval(int(flagged[i]), n, confidence)
                 rows.append(
                     {
@@ -41,7 +43,7 @@ def type_over_refusal(
                         "subset": subset,
                         "xstest_type": xstest_type,
                         "n": n,
-                        "over_ref": float(flagged[i]) / n,
+                        "over_ref": float(flagged[i]) / n if n else float("nan"),
                         "ci_low": low,
                         "ci_high": high,
                     }
@@ -73,14 +75,19 @@ def pair_consistency(
     A pair counts only when both its prompts are in the subset (the clean subset may break pairs up).
     """
     decisions = matrix.decisions[mapping]  # [n, M]
+    valid = matrix.valid_mask(mapping)  # [n, M]
     rows = []
     for subset in SUBSETS:
         safe, unsafe = contrast_pairs(matrix, matrix.subset_rows(subset))
-        pairs = len(safe)
-        if pairs == 0:
+        if len(safe) == 0:
             continue
-        consistent = (~decisions[safe] & decisions[unsafe]).sum(axis=0)  # [M]
+        # A pair counts for a model only when it has a decision on both prompts.
+        both = valid[safe] & valid[unsafe]  # [p, M]
+        consistent = (~decisions[safe] & decisions[unsafe] & both).sum(axis=0)  # [M]
         for i, model in enumerate(models):
+            pairs = int(both[:, i].sum())
+            if pairs == 0:
+                continue
             low, high = wilson_interval(int(consistent[i]), pairs, confidence)
             rows.append(
                 {

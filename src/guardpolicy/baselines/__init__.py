@@ -9,3 +9,8 @@
   threshold change never reruns a model;
 * `registry`: data/baselines.yaml, the guards with pinned revisions and their hardware needs.
 """
+
+# Where stage baseline@<guard> writes <guard>/predictions.parquet and metrics.json, and the model name its
+# predictions carry (`baseline-<guard>`); the analysis reads both.
+BASELINES_DIR = "reports/baselines"
+MODEL_PREFIX = "baseline-"

@@ -1,8 +1,8 @@
-"""The two backends that run an open guard: a local `transformers` model and an OpenAI-compatible server.
+"""The backends that run an open guard: a local `transformers` causal LM or sequence classifier, or a server.
 
-Both return one `Generation` per prompt, in order: the raw answer text, why generation stopped, and the
-log-probabilities of the adapter's few candidate answer tokens at the *decision position*. That position is
-the first generated token that is not blank (whitespace or a special token) and for which
+The generative ones return one `Generation` per prompt, in order: the raw answer text, why generation
+stopped, and the log-probabilities of the adapter's few candidate answer tokens at the *decision position*.
+That position is the first generated token that is not blank (whitespace or a special token) and for which
 `adapter.decision_position(text generated before it)` is true; the text handed to the adapter is exactly
 what was generated before that token, so a leading space that the tokenizer glues to the answer word
 (Qwen3Guard's "Safety:" + " Unsafe") is *not* in it. No position found (an answer in another format) -> no
@@ -20,6 +20,10 @@ log-probabilities; the parser still reads the text.
   what the client controls (messages for a probe prompt and the kwargs); the server-side template is pinned
   by the model id + revision in the cache key. A reply that is not JSON or lacks the answer becomes an
   empty Generation with finish_reason "malformed", so the parser counts it as a failed parse.
+* `SequenceClassifierBackend`: an encoder classifier from the hub (a BERT-style prompt guard) behind the same
+  interface: one forward pass per batch over the user message's text (no chat template), `text` = the
+  arg-max label name and `decision_logprobs` = every label's log-softmax score; a label the adapter's label
+  map lacks is a ConfigError before any item is classified.
 """
 
 from __future__ import annotations
@@ -38,7 +42,14 @@ from typing import Any, Literal
 import requests
 import torch
 from tqdm import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedModel,
+)
 
 from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter
 from guardpolicy.errors import ConfigError, GuardpolicyError
@@ -129,22 +140,17 @@ def _all_answered(results: list[Generation | None]) -> list[Generation]:
 # ------------------------------------------------------------------------------------ local transformers
 
 
-class TransformersBackend:
-    """A causal LM from a local folder or the hub (pinned revision), run greedily in batches.
-
-    The tokenizer is loaded at once (the template fingerprint needs it); the model only on the first
-    `generate`, so a run answered entirely from the cache never loads the weights.
-    """
+class _LocalModel:
+    """What both local backends share: a folder or a pinned hub revision, device and dtype, loading."""
 
     def __init__(
         self,
         model: str | Path,
-        revision: str | None = None,
-        *,
-        device: str | None = None,
-        dtype: Dtype = "auto",
-        batch_size: int = 8,
-        local_files_only: bool = True,
+        revision: str | None,
+        device: str | None,
+        dtype: Dtype,
+        batch_size: int,
+        local_files_only: bool,
     ) -> None:
         if dtype not in ("auto", "bf16", "fp32"):
             raise ConfigError(f"backend dtype must be auto, bf16 or fp32, got {dtype!r}")
@@ -163,16 +169,6 @@ class TransformersBackend:
         self.local_files_only = local_files_only
         self.device_choice = choose_device(dtype, device)
         self.torch_dtype = torch.bfloat16 if self.device_choice.precision == "bf16" else torch.float32
-        self.tokenizer = self._load(AutoTokenizer, "tokenizer")
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise BackendError(f"model {self._where()}: the tokenizer has no chat template")
-        # Left padding: every row's generated tokens then start at the same column.
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self._model: PreTrainedModel | None = None
-        # Prompts sent through the model so far (a cached rerun sends none).
-        self.generated = 0
 
     def _where(self) -> str:
         return repr(self.model_id) + (f" at revision {self.revision}" if self.revision else "")
@@ -189,6 +185,36 @@ class TransformersBackend:
             hint = " (local_files_only: download it first or pass local_files_only=False)"
             hint = hint if self.local_files_only else ""
             raise BackendError(f"model {self._where()}: cannot load the {what}{hint}: {exc}") from exc
+
+
+class TransformersBackend(_LocalModel):
+    """A causal LM from a local folder or the hub (pinned revision), run greedily in batches.
+
+    The tokenizer is loaded at once (the template fingerprint needs it); the model only on the first
+    `generate`, so a run answered entirely from the cache never loads the weights.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        revision: str | None = None,
+        *,
+        device: str | None = None,
+        dtype: Dtype = "auto",
+        batch_size: int = 8,
+        local_files_only: bool = True,
+    ) -> None:
+        super().__init__(model, revision, device, dtype, batch_size, local_files_only)
+        self.tokenizer = self._load(AutoTokenizer, "tokenizer")
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise BackendError(f"model {self._where()}: the tokenizer has no chat template")
+        # Left padding: every row's generated tokens then start at the same column.
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self._model: PreTrainedModel | None = None
+        # Prompts sent through the model so far (a cached rerun sends none).
+        self.generated = 0
 
     @property
     def model(self) -> PreTrainedModel:
@@ -476,3 +502,198 @@ class OpenAIServerBackend:
         seconds = time.perf_counter() - started
         _log_throughput(self.model_id, adapter.family, len(prompts), seconds, self.client.url)
         return _all_answered(results)
+
+
+# -------------------------------------------------------------------------------- sequence classifiers
+
+# Encoder classifiers (BERT / DeBERTa prompt guards) are trained on at most 512 tokens.
+DEFAULT_CLASSIFIER_MAX_LENGTH = 512
+CLASSIFIED = "classified"
+
+
+def classifier_text(adapter: GuardAdapter, prompt: str) -> str:
+    """The text a classifier reads: the content of the adapter's single user message (no chat template)."""
+    messages = adapter.messages(prompt)
+    if len(messages) != 1 or messages[0].get("role") != "user":
+        raise BackendError(
+            f"adapter {adapter.family!r}: a sequence classifier reads one user message, got roles "
+            f"{[message.get('role') for message in messages]}"
+        )
+    content = messages[0].get("content")
+    if isinstance(content, str):
+        return content
+    # Typed parts (Llama Guard 3 1B style): the text parts in order.
+    if isinstance(content, list) and all(isinstance(part, dict) for part in content):
+        return "".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
+    raise BackendError(f"adapter {adapter.family!r}: user message content is neither text nor text parts")
+
+
+class SequenceClassifierBackend(_LocalModel):
+    """An encoder sequence classifier (`AutoModelForSequenceClassification`) from a local folder or the hub.
+
+    One forward pass per batch, no generation: each prompt's `Generation` has `text` = the arg-max label name
+    of `config.id2label`, `decision_logprobs` = {every label name: log-softmax score} and finish_reason
+    "classified" (what `adapters.EncoderClassifierAdapter` reads). The decoding parameters do not apply.
+    Inputs are the user message's text with the tokenizer's special tokens ([CLS] ... [SEP]), right-padded
+    to the longest prompt of a batch and truncated to `max_length` tokens (capped by the tokenizer's and the
+    model's own limits). The config and tokenizer are loaded at once (the label check and the template
+    fingerprint need them); the weights only on the first `generate`, so a run answered entirely from the
+    cache never loads them. Every label of the model must appear in the adapter's label map
+    (`options.label_map` of the registry entry), else ConfigError: a misconfigured map would otherwise fail
+    the parse of every item.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        revision: str | None = None,
+        *,
+        device: str | None = None,
+        dtype: Dtype = "auto",
+        batch_size: int = 32,
+        max_length: int = DEFAULT_CLASSIFIER_MAX_LENGTH,
+        local_files_only: bool = True,
+    ) -> None:
+        if max_length < 2:
+            raise ConfigError(
+                f"backend max_length must be at least 2 (room for the special tokens), got {max_length}"
+            )
+        super().__init__(model, revision, device, dtype, batch_size, local_files_only)
+        self.config = self._load(AutoConfig, "config")
+        self.labels = self._label_names()
+        self.tokenizer = self._load(AutoTokenizer, "tokenizer")
+        if self.tokenizer.pad_token is None:
+            raise BackendError(
+                f"model {self._where()}: the tokenizer has no pad token, so prompts cannot be batched"
+            )
+        # Right padding: with absolute position embeddings, left padding would shift every prompt's positions.
+        self.tokenizer.padding_side = "right"
+        self.max_length = self._effective_max_length(max_length)
+        self._model: PreTrainedModel | None = None
+        # Prompts sent through the model so far (a cached rerun sends none), and forward passes run.
+        self.generated = 0
+        self.forward_passes = 0
+
+    def _label_names(self) -> list[str]:
+        """The label name of each output index 0..num_labels-1, from `config.id2label`."""
+        id2label = {int(index): str(name) for index, name in (self.config.id2label or {}).items()}
+        num_labels = int(self.config.num_labels)
+        if sorted(id2label) != list(range(num_labels)):
+            raise BackendError(
+                f"model {self._where()}: config.id2label has indices {sorted(id2label)}, "
+                f"expected 0..{num_labels - 1}"
+            )
+        names = [id2label[index] for index in range(num_labels)]
+        if len(set(names)) != len(names):
+            raise BackendError(f"model {self._where()}: config.id2label repeats a label name: {names}")
+        return names
+
+    def _effective_max_length(self, requested: int) -> int:
+        # tokenizer.model_max_length is a huge sentinel when a tokenizer does not set it; the position table
+        # is the hard limit for absolute-position encoders.
+        limits = [requested, int(min(self.tokenizer.model_max_length, 10**9))]
+        positions = getattr(self.config, "max_position_embeddings", None)
+        if isinstance(positions, int) and positions > 0:
+            limits.append(positions)
+        return min(limits)
+
+    def check_labels(self, adapter: GuardAdapter) -> None:
+        """ConfigError unless the adapter's label map covers every label the classifier can output."""
+        mapped = set(adapter.decision_tokens())
+        missing = [name for name in self.labels if name not in mapped]
+        if missing:
+            raise ConfigError(
+                f"options.label_map: classifier {self._where()} outputs label(s) {missing} that the guard's "
+                f"label_map does not map (model labels: {self.labels}, mapped: {sorted(mapped)}); map every "
+                "label to safe or unsafe in the registry entry"
+            )
+        extra = sorted(mapped - set(self.labels))
+        if extra:
+            log.warning(
+                "%s: label_map entries %s are not labels of the model %s", self.model_id, extra, self.labels
+            )
+
+    @property
+    def model(self) -> PreTrainedModel:
+        if self._model is None:
+            model = self._load(AutoModelForSequenceClassification, "model", dtype=self.torch_dtype)
+            self._model = model.to(self.device_choice.device).eval()
+            log.info(
+                "classifier %s: %s parameters, labels %s, max_length %d on %s",
+                self._where(),
+                f"{sum(p.numel() for p in self._model.parameters()):,}",
+                self.labels,
+                self.max_length,
+                self.device_choice.describe(),
+            )
+        return self._model
+
+    def template_fingerprint(self, adapter: GuardAdapter) -> str:
+        """A hash of what decides the classifier's input and output names (the cache key's template part)."""
+        self.check_labels(adapter)
+        material = {
+            "renderer": "sequence classifier",
+            "family": adapter.family,
+            "tokenizer_class": type(self.tokenizer).__name__,
+            "vocab_size": len(self.tokenizer),
+            "max_length": self.max_length,
+            "truncation_side": self.tokenizer.truncation_side,
+            "id2label": self.labels,
+            # The probe's token ids catch a changed vocabulary, normaliser or special tokens.
+            "probe_ids": self.tokenizer(classifier_text(adapter, PROBE_PROMPT))["input_ids"],
+        }
+        text = json.dumps(material, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
+        self.check_labels(adapter)
+        if not prompts:
+            return []
+        started = time.perf_counter()
+        texts = [classifier_text(adapter, prompt) for prompt in prompts]
+        lengths = [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
+        truncated = sum(length > self.max_length for length in lengths)
+        if truncated:
+            log.info(
+                "%s: %d of %d prompts are longer than %d tokens and are truncated (%s side)",
+                self.model_id,
+                truncated,
+                len(prompts),
+                self.max_length,
+                self.tokenizer.truncation_side,
+            )
+        # Longest first, so a batch holds prompts of similar length (little padding); ties in input order.
+        order = sorted(range(len(prompts)), key=lambda i: (-lengths[i], i))
+        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+        results: list[Generation | None] = [None] * len(prompts)
+        for batch in tqdm(batches, desc=f"{self.model_id} ({adapter.family})", unit="batch"):
+            generations = self._classify_batch([texts[i] for i in batch])
+            for index, generation in zip(batch, generations, strict=True):
+                results[index] = generation
+        self.generated += len(prompts)
+        _log_throughput(
+            self.model_id,
+            adapter.family,
+            len(prompts),
+            time.perf_counter() - started,
+            self.device_choice.describe(),
+        )
+        return _all_answered(results)
+
+    @torch.inference_mode()
+    def _classify_batch(self, texts: list[str]) -> list[Generation]:
+        encoded = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        ).to(self.device_choice.device)  # input_ids, attention_mask (, token_type_ids): (batch, tokens)
+        logits = self.model(**encoded).logits  # (batch, num_labels)
+        self.forward_passes += 1
+        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()  # (batch, num_labels)
+        winners = logprobs.argmax(dim=-1).tolist()  # (batch,)
+        return [
+            Generation(
+                text=self.labels[winner],
+                decision_logprobs=dict(zip(self.labels, row, strict=True)),
+                finish_reason=CLASSIFIED,
+            )
+            for winner, row in zip(winners, logprobs.tolist(), strict=True)
+        ]

@@ -11,6 +11,7 @@ import math
 
 import pandas as pd
 
+from guardpolicy.analysis.baselines import GUARD_SCALE
 from guardpolicy.reporting.report import natural_key
 
 FIGURE_DPI = 100
@@ -92,10 +93,13 @@ def cap_vs_overref_png(scores: pd.DataFrame, scales: list[str], main_seed: int) 
     """Mean CAP (x) vs mean OVER-REF (y) per model: one marker shape per branch, one colour per scale.
 
     `scores` has columns model, scale, branch, seed, cap, over_ref (one row per model). Models at a seed
-    other than `main_seed` are labelled with it (`E8 s43`).
+    other than `main_seed` are labelled with it (`E8 s43`); open guard baselines (scale `guard`) are black
+    stars labelled with the guard's name.
     """
     plt = _pyplot()
     rows = scores.dropna(subset=["cap", "over_ref"]).reset_index(drop=True)
+    guards = rows[rows["scale"] == GUARD_SCALE]
+    rows = rows[rows["scale"] != GUARD_SCALE].reset_index(drop=True)
     branches = sorted(set(rows["branch"]), key=natural_key)
     markers = {b: BRANCH_MARKERS[i % len(BRANCH_MARKERS)] for i, b in enumerate(branches)}
     ordered_scales = [s for s in scales if s in set(rows["scale"])]
@@ -119,6 +123,15 @@ def cap_vs_overref_png(scores: pd.DataFrame, scales: list[str], main_seed: int) 
                 textcoords="offset points",
                 fontsize=7,
             )
+        for _, r in guards.iterrows():
+            axes.scatter(float(r["cap"]), float(r["over_ref"]), marker="*", color="black", s=110)
+            axes.annotate(
+                str(r["branch"]),
+                (float(r["cap"]), float(r["over_ref"])),
+                xytext=(5, -9),
+                textcoords="offset points",
+                fontsize=7,
+            )
         axes.set_xlim(-0.02, 1.02)
         axes.set_ylim(-0.02, 1.02)
         axes.set_xlabel("mean CAP over harmful sets")
@@ -127,6 +140,8 @@ def cap_vs_overref_png(scores: pd.DataFrame, scales: list[str], main_seed: int) 
         from matplotlib.lines import Line2D
 
         handles = [Line2D([], [], marker="o", linestyle="", color=c, label=s) for s, c in colours.items()]
+        if not guards.empty:
+            handles.append(Line2D([], [], marker="*", linestyle="", color="black", label="open guard"))
         axes.legend(handles=handles, title="scale", loc="upper left", fontsize=8)
         figure.tight_layout()
         return _png(figure)

@@ -64,6 +64,11 @@ class ReportInputs:
     # Optional inputs: None when the file is absent (the report says so, naming the file).
     noise_floor: pd.DataFrame | None = None
     fingerprint: pd.DataFrame | None = None
+    # Open guard baselines (pipelines/baselines/dvc.yaml): parse counts, the matched-threshold comparison,
+    # and per configured guard its registry / run facts (model_id, revision, family, backend, model).
+    baseline_parse: pd.DataFrame | None = None
+    calibration: pd.DataFrame | None = None
+    guards: dict[str, dict[str, str]] = field(default_factory=dict)
     # Figure name -> link relative to REPORT.md (None: the figure is absent).
     figure_links: dict[str, str | None] = field(default_factory=dict)
     # Input name -> path as given to the stage, for sentences naming an absent file.
@@ -802,11 +807,198 @@ def _mapping_effect(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
             empty="No mapping effect was measured (no set with safe prompts was scored).",
         ),
         "",
-        f"Largest over all models: `{m.get('largest_model', MISSING)}` on "
+        f"Largest over our models: `{m.get('largest_model', MISSING)}` on "
         f"`{m.get('largest_benchmark', MISSING)}`, "
         f"{fmt_signed(m.get('largest_change'))}; mean change {fmt_signed(m.get('mean_change'))}.",
         "",
     ]
+
+
+GUARD_KIND = "baseline"
+GUARD_PREFIX = "baseline-"
+# Our mapping -> the guard mapping with the same meaning (the middle class safe / unsafe).
+GUARD_MAPPINGS = (("default", "relaxed"), ("boundary_unsafe", "strict"))
+
+
+def _guard_label(inputs: ReportInputs, model: str) -> str:
+    guard = model.removeprefix(GUARD_PREFIX)
+    facts = inputs.guards.get(guard, {})
+    revision = facts.get("revision") or "unpinned"
+    where = facts.get("model_id", guard)
+    return f"`{guard}` ({where} @ {revision[:10]})"
+
+
+def _comparison_models(inputs: ReportInputs, headline: pd.DataFrame) -> pd.DataFrame:
+    """Our models for the baseline tables: teachers and branches at the main seed, by scale then branch."""
+    ours = headline[(headline["kind"] != GUARD_KIND) & (headline["seed"] == inputs.main_seed)].copy()
+    ours["_scale"] = [_scale_rank(inputs, str(s)) for s in ours["scale"]]
+    ours["_branch"] = [natural_key(str(b)) for b in ours["branch"]]
+    return ours.sort_values(["_scale", "_branch", "model"]).drop(columns=["_scale", "_branch"])
+
+
+def _baselines(inputs: ReportInputs) -> list[str]:
+    """Table 2: every open guard relaxed vs strict beside our models, then the calibrated comparison."""
+    guards = sorted(m for m in set(inputs.scores["model"]) if str(m).startswith(GUARD_PREFIX))
+    title = "## Table 2 — open guard baselines beside our branches"
+    if not guards:
+        return [
+            title,
+            "",
+            "No open guard was run. The optional sub-pipeline `pipelines/baselines/dvc.yaml` scores "
+            "Qwen3Guard, Granite Guardian or Llama Guard (data/baselines.yaml) on the same items: configure "
+            "`baselines.guards` in params.yaml and run `dvc repro pipelines/baselines/dvc.yaml` (README, "
+            '"Open guard baselines").',
+            "",
+        ]
+    by_mapping = {
+        mapping: branch_headline(
+            inputs.scores,
+            subset=inputs.subset,
+            mapping=mapping,
+            val_split=inputs.val_split,
+            policies=inputs.policies,
+            source=inputs.sources.get("scores", SCORES_FILE),
+        ).set_index("model")
+        for mapping, _ in GUARD_MAPPINGS
+    }
+    default = by_mapping["default"].reset_index()
+    ours = _comparison_models(inputs, default)
+    parse = inputs.baseline_parse
+    rows = []
+    for model in [*guards, *ours["model"]]:
+        is_guard = model in guards
+        cells = [
+            _guard_label(inputs, model)
+            if is_guard
+            else f"{ours.set_index('model').loc[model, 'scale']} "
+            f"{ours.set_index('model').loc[model, 'branch']}"
+        ]
+        for mapping, _ in GUARD_MAPPINGS:
+            r = by_mapping[mapping].loc[model]
+            for column in ("cap", "over_ref", "copy"):
+                cells.append(fmt_ci(r[column], r[f"{column}_ci_low"], r[f"{column}_ci_high"]))
+        if is_guard and parse is not None and not parse.empty:
+            mine = parse[parse["model"] == model]
+            cells.append(f"{fmt_count(mine['failed'].sum())} / {fmt_count(mine['n'].sum())}")
+        else:
+            cells.append(MISSING)
+        rows.append(cells)
+    header = ["model", "CAP relaxed", "OVER-REF relaxed", "COPY relaxed"]
+    header += ["CAP strict", "OVER-REF strict", "COPY strict", "unparsed / items"]
+    lines = [
+        title,
+        "",
+        "The open guards of `pipelines/baselines/dvc.yaml` on the same items as our models, subset "
+        f"`{inputs.subset}`. *relaxed*: the guard's middle label (Qwen3Guard's Controversial) counts as safe "
+        "— for our models the `default` mapping (BOUNDARY_SAFE safe); *strict*: it counts as unsafe — our "
+        "`boundary_unsafe` mapping. Guards without a middle label give the same decision under both. CAP, "
+        "OVER-REF and COPY as in Table 1 (bootstrap / Wilson intervals); *unparsed*: answers the parser "
+        "could not read, counted under `baselines.failure_policy` (excluded answers leave the rates' "
+        "denominators). Our models: teachers and branches at seed "
+        f"{inputs.main_seed}.",
+        "",
+        *markdown_table(header, rows, "l" + "r" * (len(header) - 1)),
+        "",
+    ]
+    lines += _mapping_vs_retraining(inputs, guards, by_mapping, ours)
+    return [*lines, *_calibrated(inputs, guards)]
+
+
+def _mapping_vs_retraining(
+    inputs: ReportInputs, guards: list[str], by_mapping: dict[str, pd.DataFrame], ours: pd.DataFrame
+) -> list[str]:
+    """The study's contrast: relabelling the middle class vs retraining (the spread over our branches)."""
+    branches = ours[ours["kind"] == "branch"]
+    spreads = []
+    for scale, group in branches.groupby("scale", sort=False):
+        values = by_mapping["default"].loc[list(group["model"]), "over_ref"].astype(float).dropna()
+        if len(values) >= 2:
+            spreads.append(
+                f"{scale}: {fmt(values.min())}–{fmt(values.max())} (span {fmt(values.max() - values.min())})"
+            )
+    lines = []
+    for model in guards:
+        relaxed = by_mapping["default"].loc[model, "over_ref"]
+        strict = by_mapping["boundary_unsafe"].loc[model, "over_ref"]
+        change = float(strict) - float(relaxed) if not (is_missing(relaxed) or is_missing(strict)) else None
+        lines.append(
+            f"- {_guard_label(inputs, model)}: strict − relaxed moves mean OVER-REF by {fmt_signed(change)} "
+            f"({fmt(relaxed)} → {fmt(strict)})."
+        )
+    return [
+        "**Mapping vs retraining.** Changing only how the guard's middle label maps:",
+        "",
+        *lines,
+        "",
+        "Retraining across our branches (mean OVER-REF, default mapping, seed "
+        f"{inputs.main_seed}) — {'; '.join(spreads) if spreads else 'fewer than two branches per scale'}.",
+        "",
+    ]
+
+
+def _calibrated(inputs: ReportInputs, guards: list[str]) -> list[str]:
+    table = inputs.calibration
+    title = "### Calibrated comparison — our models at each guard's over-refusal"
+    if table is None or table.empty:
+        source = inputs.sources.get("calibration", "reports/analysis/calibration.csv")
+        return [title, "", f"No calibrated comparison: `{source}` is absent or empty.", ""]
+    lines = [
+        title,
+        "",
+        "A guard answers with a label, so it sits at one operating point; our models give scores. Each of "
+        "our models is put at the threshold (flag when its unsafe score ≥ t) whose flag rate on the held-out "
+        f"benign items — split `{table['calibration_split'].iloc[0]}` prompts that every policy labels safe "
+        "under the mapping — is closest to the guard's over-refusal there. The threshold is chosen on that "
+        "split only and then applied unchanged to the benchmarks (subset "
+        f"`{inputs.subset}`). CAP / OVER-REF: means over the harmful / benign sets (no interval: the "
+        "threshold's own uncertainty is not resampled); COPY with its Wilson interval. Full table: "
+        "`reports/analysis/calibration.csv`.",
+        "",
+    ]
+    for guard in guards:
+        for mapping, guard_mapping in GUARD_MAPPINGS:
+            chosen = table[(table["guard"] == guard) & (table["mapping"] == mapping)]
+            if chosen.empty:
+                continue
+            target = chosen["target_over_ref"].iloc[0]
+            n_cal = chosen[chosen["model"] == guard]["calibration_n"]
+            rows = []
+            models = chosen.drop_duplicates("model")
+            models = models[(models["model"] == guard) | (models["seed"] == inputs.main_seed)].copy()
+            models["_rank"] = [
+                (0, (0, 0, ""), ()) if m == guard else (1, _scale_rank(inputs, str(sc)), natural_key(str(b)))
+                for m, sc, b in zip(models["model"], models["scale"], models["branch"], strict=True)
+            ]
+            for _, m in models.sort_values("_rank").iterrows():
+                mine = chosen[chosen["model"] == m["model"]].set_index(["benchmark", "metric"])
+
+                def cell(benchmark: str, metric: str, interval: bool = False, mine=mine) -> str:
+                    if (benchmark, metric) not in mine.index:
+                        return MISSING
+                    r = mine.loc[(benchmark, metric)]
+                    return fmt_ci(r["value"], r["ci_low"], r["ci_high"]) if interval else fmt(r["value"])
+
+                name = "**guard**" if m["model"] == guard else f"{m['scale']} {m['branch']}"
+                rows.append(
+                    [
+                        name,
+                        fmt(m["threshold"]),
+                        fmt(m["achieved_over_ref"]),
+                        cell(MEAN_HARMFUL, "cap"),
+                        cell(MEAN_BENIGN, "over_ref"),
+                        cell(COPY_BENCHMARK, "cap", interval=True),
+                    ]
+                )
+            lines += [
+                f"**{_guard_label(inputs, guard)}, {guard_mapping}** — over-refusal on the calibration items "
+                f"{fmt(target)} (n = {fmt_count(n_cal.iloc[0]) if len(n_cal) else MISSING}):",
+                "",
+                *markdown_table(
+                    ["model", "threshold", "calibration over-ref", "CAP", "OVER-REF", "COPY"], rows
+                ),
+                "",
+            ]
+    return lines
 
 
 def _rank_table(inputs: ReportInputs) -> list[str]:
@@ -1016,6 +1208,7 @@ def render_report(inputs: ReportInputs) -> str:
         _span_section(inputs),
         _contamination(inputs),
         _mapping_effect(inputs, headline),
+        _baselines(inputs),
         _rank_table(inputs),
         _correlation_table(inputs),
         _xstest(inputs, headline),

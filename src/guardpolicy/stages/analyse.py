@@ -4,10 +4,13 @@ Reads params `analysis`, the profile's `bootstrap_samples` and seeds (the main s
 of the spans), `policies`, `evaluation.splits`, `branches` (to check `analysis.rank_sets`), the evaluation
 plan (data/models.yaml, checked against params), the benchmark registry (each benchmark's role from its label
 kind), reports/eval/<model>/predictions.parquet of every planned evaluation and, when given,
-reports/fingerprint.csv.
+reports/fingerprint.csv; and, for every guard of params `baselines.guards` (the optional sub-pipeline
+pipelines/baselines/dvc.yaml), reports/baselines/<guard>/predictions.parquet, analysed as model
+`baseline-<guard>` beside ours (data/taxonomy.yaml says which gold classes are safe for the calibration).
 Writes scores.csv (per dataset, plus the headline means `mean:harmful` / `mean:benign` with their bootstrap
 intervals), span.csv, noise_floor.csv, rank_test.csv, correlations.csv, mapping_effect.csv, xstest.csv,
-xstest_pairs.csv and summary.json (see docs/data-contracts.md, "Analysis").
+xstest_pairs.csv, baseline_parse.csv, calibration.csv and summary.json (see docs/data-contracts.md,
+"Analysis"). With no guard configured the two baseline tables have a header only.
 """
 
 from __future__ import annotations
@@ -22,8 +25,19 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from guardpolicy.analysis.agreement import BOUNDARY_CLASS
+from guardpolicy.analysis.baselines import (
+    baseline_evaluations,
+    baseline_summary,
+    calibrated_comparison,
+    guard_model_name,
+    parse_counts,
+)
 from guardpolicy.analysis.scores import (
+    BOUNDARY_UNSAFE,
+    DEFAULT,
     GOLD_PREFIX,
+    PARSE_STATUS,
     PREDICTION_COLUMNS,
     SPLIT,
     build_matrices,
@@ -49,10 +63,12 @@ from guardpolicy.analysis.xstest import (
     pair_consistency,
     type_over_refusal,
 )
+from guardpolicy.baselines import BASELINES_DIR
 from guardpolicy.config import Params, load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_path, write_json
+from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
 from guardpolicy.training.branches import PLAN_FILE, check_plan_document, main_seed
 
 log = logging.getLogger(__name__)
@@ -72,23 +88,26 @@ def predictions_path(eval_dir: str | Path, model: str) -> Path:
     return Path(eval_dir) / model / PREDICTIONS_NAME
 
 
-def read_predictions(path: Path, model: str, policies: tuple[str, ...]) -> pd.DataFrame:
-    """One model's predictions, the columns the analysis needs; a missing file or column is an InputError."""
+def read_predictions(
+    path: Path, model: str, policies: tuple[str, ...], stage: str | None = None
+) -> pd.DataFrame:
+    """One model's predictions, the columns the analysis needs (and `parse_status` where present: a guard's);
+    a missing file or column is an InputError naming the stage that writes it."""
+    stage = stage or f"evaluate@{model}"
     if not path.is_file():
-        raise InputError(
-            path, f"file not found; stage evaluate@{model} writes it (`dvc repro evaluate@{model}`)"
-        )
+        raise InputError(path, f"file not found; stage {stage} writes it (`dvc repro {stage}`)")
     wanted = [*PREDICTION_COLUMNS, *(f"{GOLD_PREFIX}{policy}" for policy in policies)]
     present = set(pq.read_schema(path).names)
     missing = [column for column in wanted if column not in present]
     if missing:
         raise InputError(
             path,
-            f"missing column(s) {missing}; rerun `dvc repro evaluate@{model}`",
+            f"missing column(s) {missing}; rerun `dvc repro {stage}`",
             row="header",
             field=missing[0],
         )
-    return pd.read_parquet(path, columns=wanted)
+    optional = [PARSE_STATUS] if PARSE_STATUS in present else []
+    return pd.read_parquet(path, columns=[*wanted, *optional])
 
 
 def read_fingerprint(path: Path) -> pd.DataFrame:
@@ -109,11 +128,13 @@ def check_analysis_params(params: Params, where: str) -> None:
             f"{where}: analysis.val_policy: {config.val_policy!r} is not one of the policies "
             f"{sorted(params.policies)}"
         )
-    if config.val_split not in params.evaluation.splits:
-        raise ConfigError(
-            f"{where}: analysis.val_split: {config.val_split!r} is not scored; evaluation.splits lists "
-            f"{list(params.evaluation.splits)}"
-        )
+    for key in ("val_split", "calibration_split"):
+        split = getattr(config, key)
+        if split not in params.evaluation.splits:
+            raise ConfigError(
+                f"{where}: analysis.{key}: {split!r} is not scored; evaluation.splits lists "
+                f"{list(params.evaluation.splits)}"
+            )
     for name, members in config.rank_sets.items():
         unknown = sorted(set(members) - set(params.branches))
         if unknown:
@@ -150,12 +171,15 @@ def analyse(
     fingerprint_file: str | None = FINGERPRINT_FILE,
     out_dir: str = ANALYSIS_DIR,
     evaluations: Mapping[str, Mapping[str, Any]] | None = None,
+    baselines_dir: str = BASELINES_DIR,
+    taxonomy_file: str = TAXONOMY_FILE,
 ) -> dict:
     """Compute every table of the analysis and summary.json; returns the summary.
 
     `evaluations` (model -> kind, scale, branch, seed, recipe) replaces the plan file when given (tests and
     ad-hoc model sets); otherwise the plan's `evaluations` are used after checking the plan is current.
     `fingerprint_file=None` skips the fingerprint summary; a named file that is missing is an error.
+    Every guard of params `baselines.guards` must have its predictions in `baselines_dir`.
     """
     started = time.perf_counter()
     params = load_params(params_file)
@@ -175,12 +199,25 @@ def analyse(
     predictions = {
         model: read_predictions(Path(files[model]), model, policies) for model in sorted(evaluations)
     }
+    guards = sorted(params.baselines.guards)
+    for guard in guards:
+        model = guard_model_name(guard)
+        files[model] = str(Path(baselines_dir) / guard / PREDICTIONS_NAME)
+        predictions[model] = read_predictions(
+            Path(files[model]), model, policies, stage=f"baseline@{guard} (pipelines/baselines/dvc.yaml)"
+        )
     fingerprint = read_fingerprint(Path(fingerprint_file)) if fingerprint_file is not None else None
-    models = model_frame(evaluations)
-    model_order, matrices = build_matrices(predictions, label_kinds, files, policies)
+    models = model_frame({**evaluations, **baseline_evaluations(guards)})
+    taxonomy = load_taxonomy(taxonomy_file)
+    unsafe_labels = {
+        DEFAULT: tuple(taxonomy.unsafe_classes),
+        BOUNDARY_UNSAFE: tuple(dict.fromkeys((*taxonomy.unsafe_classes, BOUNDARY_CLASS))),
+    }
+    model_order, matrices = build_matrices(predictions, label_kinds, files, policies, unsafe_labels)
     log.info(
-        "analyse: %d models, %d datasets, B = %d bootstrap samples (seed %d)",
+        "analyse: %d models (%d open guards), %d datasets, B = %d bootstrap samples (seed %d)",
         len(model_order),
+        len(guards),
         len(matrices),
         samples,
         config.bootstrap_seed,
@@ -205,23 +242,35 @@ def analyse(
         log.info("analyse: %s was not evaluated; xstest.csv and xstest_pairs.csv are empty", XSTEST)
         types = pd.DataFrame(columns=list(TYPE_COLUMNS))
         pairs = pd.DataFrame(columns=list(PAIR_COLUMNS))
+    parse = parse_counts(predictions)
+    calibration = calibrated_comparison(
+        matrices,
+        model_order,
+        models,
+        calibration_split=config.calibration_split,
+        subset=config.subset,
+        confidence=config.confidence,
+    )
     contrast = load_contrast(spans, config.subset, config.mapping, config.confidence)
     copyright_noise = copyright_vs_noise(spans, config.subset, config.mapping, config.confidence)
     benchmarks = [m.name for m in matrices if m.role != SPLIT]
+    guard_models = {guard_model_name(guard) for guard in guards}
     summary = build_summary(
         subset=config.subset,
         mapping=config.mapping,
         confidence=config.confidence,
         bootstrap_samples=samples,
-        n_models=len(model_order),
+        n_models=len(model_order) - len(guard_models),
         n_benchmarks=len(benchmarks),
         spans=spans_frame,
         copyright_vs_noise=copyright_noise,
         load_contrast=contrast,
         rank_tests=ranks,
         correlations=correlations,
-        mapping_effect=mapping_effect,
+        # Our models' mapping effect; the guards' (relaxed vs strict) is summarised under `baselines`.
+        mapping_effect=mapping_effect[~mapping_effect["model"].isin(guard_models)],
         fingerprint=fingerprint,
+        baselines=baseline_summary(scores, parse, config.subset),
     )
 
     out = Path(out_dir)
@@ -234,6 +283,8 @@ def analyse(
         "mapping_effect.csv": mapping_effect,
         "xstest.csv": types,
         "xstest_pairs.csv": pairs,
+        "baseline_parse.csv": parse,
+        "calibration.csv": calibration,
     }
     for name, table in tables.items():
         write_csv(out / name, table)

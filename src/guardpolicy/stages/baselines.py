@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from guardpolicy.baselines.backends import OpenAIServerBackend, TransformersBackend
+from guardpolicy.baselines import BASELINES_DIR, MODEL_PREFIX
+from guardpolicy.baselines.backends import OpenAIServerBackend, SequenceClassifierBackend, TransformersBackend
 from guardpolicy.baselines.base import Backend, Decoding, GuardVerdict
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
 from guardpolicy.baselines.mapping import PARSE_STATUSES, binary_decision, parse_failure_counts
@@ -49,8 +50,6 @@ from guardpolicy.timing import note_work
 
 log = logging.getLogger(__name__)
 
-BASELINES_DIR = "reports/baselines"
-MODEL_PREFIX = "baseline-"
 EXTRA_COLUMNS = ("guard_label", "parse_status", "categories", "raw")
 # Decision mapping -> (metric-name suffix, decision column, score column) in the predictions table.
 DECISIONS = {
@@ -82,8 +81,20 @@ def build_backend(
     guard: str, config: BaselineGuardConfig, spec: GuardSpec, device: str | None = None
 ) -> Backend:
     """The guard's backend. A local folder runs under the registry revision as its label (None allowed);
-    a hub id or a served model needs the registry's pinned revision."""
+    a hub id or a served model needs the registry's pinned revision. An encoder classifier runs locally
+    only (`SequenceClassifierBackend`): chat-completions servers do not serve sequence classifiers."""
     model = config.model or spec.model_id
+    if spec.family == "encoder_classifier":
+        if config.backend != "transformers":
+            raise ConfigError(
+                f"baselines.guards.{guard}.backend: {config.backend!r} cannot run family "
+                "'encoder_classifier' (a chat-completions server does not serve sequence classifiers); "
+                "use backend: transformers"
+            )
+        revision = spec.revision if Path(model).is_dir() else require_pinned(guard, spec)
+        return SequenceClassifierBackend(
+            model, revision, device=device, dtype=config.dtype, batch_size=config.batch_size
+        )
     if config.backend == "server":
         assert config.base_url is not None  # BaselineGuardConfig requires it for the server backend
         return OpenAIServerBackend(config.base_url, model, require_pinned(guard, spec))

@@ -18,7 +18,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from guardpolicy.config import load_params
+from guardpolicy.analysis.baselines import CALIBRATION_COLUMNS, PARSE_COLUMNS
+from guardpolicy.baselines.registry import load_baseline_registry
+from guardpolicy.config import Params, load_params
 from guardpolicy.errors import InputError
 from guardpolicy.io import atomic_path, read_json, write_text
 from guardpolicy.reporting.figures import cap_vs_overref_png, span_vs_floor_png
@@ -112,9 +114,43 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("benchmark", "policy", "labeler", "n", "agree", "agreement", "ci_low", "ci_high"),
         ("n", "agree", "agreement", "ci_low", "ci_high"),
     ),
+    "baseline_parse": (PARSE_COLUMNS, ("n", "ok", "partial", "failed", "no_decision")),
+    "calibration": (
+        CALIBRATION_COLUMNS,
+        (
+            "seed",
+            "calibration_n",
+            "target_over_ref",
+            "threshold",
+            "achieved_over_ref",
+            "value",
+            "ci_low",
+            "ci_high",
+            "n",
+        ),
+    ),
 }
 SUMMARY_KEYS = ("copyright_vs_noise", "load_contrast", "rank_tests", "correlations", "mapping_effect")
 PLAN_FIELDS = ("kind", "scale", "branch", "seed", "recipe")
+
+
+def guard_facts(params: Params) -> dict[str, dict[str, str]]:
+    """Per configured open guard: its registry entry (hub id, pinned revision, family) and how it ran."""
+    guards = params.baselines.guards
+    if not guards:
+        return {}
+    registry = load_baseline_registry(params.baselines.registry)
+    facts = {}
+    for name, config in sorted(guards.items()):
+        spec = registry.get(name)
+        facts[name] = {
+            "model_id": spec.model_id if spec else name,
+            "revision": (spec.revision or "") if spec else "",
+            "family": spec.family if spec else "",
+            "backend": config.backend,
+            "model": config.model or (spec.model_id if spec else name),
+        }
+    return facts
 
 
 def _not_found(path: Path, writer: str) -> InputError:
@@ -224,6 +260,12 @@ def report(
             "xstest_pairs",
         )
     }
+    baseline_tables = {
+        name: read_table(analysis / f"{name}.csv", name, analyse)
+        if (analysis / f"{name}.csv").is_file()
+        else None
+        for name in ("baseline_parse", "calibration")
+    }
     noise_floor_path = analysis / "noise_floor.csv"
     noise_floor = read_table(noise_floor_path, "noise_floor", analyse) if noise_floor_path.is_file() else None
     fingerprint_path = Path(fingerprint_file)
@@ -303,6 +345,9 @@ def report(
         benchmarks=benchmarks,
         noise_floor=noise_floor,
         fingerprint=fingerprint,
+        baseline_parse=baseline_tables["baseline_parse"],
+        calibration=baseline_tables["calibration"],
+        guards=guard_facts(params),
         figure_links={
             "span_vs_floor": _link(figures / "span_vs_floor.png", markdown),
             "cap_vs_overref": _link(figures / "cap_vs_overref.png", markdown),
@@ -312,6 +357,7 @@ def report(
             "scores": str(Path(analysis_dir) / "scores.csv"),
             "noise_floor": str(noise_floor_path),
             "fingerprint": str(fingerprint_path),
+            "calibration": str(analysis / "calibration.csv"),
             "agreement_heatmap": str(heatmap),
         },
     )

@@ -1,0 +1,92 @@
+"""guard_card@<guard> (optional sub-pipeline pipelines/baselines/dvc.yaml): one open guard's card.
+
+Reads params `baselines` (the guard's run settings, registry, failure_policy, decoding), `analysis.subset`
+and the profile's main seed, the registry data/baselines.yaml, the analysis tables scores.csv,
+baseline_parse.csv, mapping_effect.csv and calibration.csv, and reports/REPORT.md (the card names the report
+it accompanies by its sha256; depending on it also makes `dvc repro pipelines/baselines/dvc.yaml` bring the
+report up to date, since DVC reproduces a target's upstream stages only). Writes reports/guards/<guard>.md
+and its JSON twin reports/guards/<guard>.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+from guardpolicy.baselines.registry import load_baseline_registry
+from guardpolicy.config import load_params
+from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.io import write_json, write_text
+from guardpolicy.reporting.guard_card import guard_card
+from guardpolicy.stages.report import read_table
+from guardpolicy.training.branches import main_seed
+
+log = logging.getLogger(__name__)
+
+GUARDS_DIR = "reports/guards"
+RUN_KEYS = ("backend", "model", "dtype", "batch_size")
+
+
+def write_guard_card(
+    guard: str,
+    params_file: str = "params.yaml",
+    analysis_dir: str = "reports/analysis",
+    report_file: str = "reports/REPORT.md",
+    out_dir: str = GUARDS_DIR,
+) -> Path:
+    """Write <out_dir>/<guard>.md and .json; returns the Markdown path."""
+    params = load_params(params_file)
+    config = params.baselines
+    if guard not in config.guards:
+        raise ConfigError(
+            f"{params_file}: baselines.guards: no guard {guard!r}; "
+            f"configured: {sorted(config.guards) or 'none'}"
+        )
+    registry = load_baseline_registry(config.registry)
+    if guard not in registry:
+        raise ConfigError(f"{config.registry}: guards: no entry {guard!r}; registered: {sorted(registry)}")
+    spec, run = registry[guard], config.guards[guard]
+    facts = {
+        "model_id": spec.model_id,
+        "revision": spec.revision,
+        "family": spec.family,
+        "license": spec.license,
+        "hardware_note": spec.hardware_note,
+        "gpu_memory_gib_bf16": spec.gpu_memory_gib_bf16,
+        "source": spec.source,
+        **{key: getattr(run, key) for key in RUN_KEYS},
+        "failure_policy": config.failure_policy,
+        "max_new_tokens": config.max_new_tokens,
+        "top_logprobs": config.top_logprobs,
+    }
+    facts["model"] = facts["model"] or spec.model_id
+    analysis = Path(analysis_dir)
+    writer = "stage `analyse` (run `dvc repro analyse`)"
+    tables = {
+        name: read_table(analysis / f"{name}.csv", name, writer)
+        for name in ("scores", "baseline_parse", "mapping_effect", "calibration")
+    }
+    report = Path(report_file)
+    if not report.is_file():
+        raise InputError(report, "file not found; it is written by stage `report` (run `dvc repro report`)")
+    try:
+        markdown, payload = guard_card(
+            guard,
+            facts,
+            scores=tables["scores"],
+            parse=tables["baseline_parse"],
+            mapping_effect=tables["mapping_effect"],
+            calibration=tables["calibration"],
+            subset=params.analysis.subset,
+            main_seed=main_seed(params),
+            report_file=str(report),
+            report_sha256=hashlib.sha256(report.read_bytes()).hexdigest(),
+        )
+    except ValueError as error:
+        raise InputError(analysis / "scores.csv", str(error), field="model") from error
+    out = Path(out_dir)
+    write_text(out / f"{guard}.md", markdown)
+    write_json(out / f"{guard}.json", payload)
+    log.info("guard_card: wrote %s and %s.json", out / f"{guard}.md", guard)
+    return out / f"{guard}.md"
