@@ -68,8 +68,9 @@ GIT_IDENTITY = ["-c", "user.name=e2e", "-c", "user.email=e2e@example.invalid"]
 
 
 def _ran_stages(result: subprocess.CompletedProcess) -> set[str]:
+    """Stage names DVC ran (a sub-pipeline stage prints as `<dvc.yaml path>:<name>`; the name is kept)."""
     return {
-        line.split("'")[1]
+        line.split("'")[1].rsplit(":", 1)[-1]
         for line in (result.stdout + result.stderr).splitlines()
         if line.startswith("Running stage '")
     }
