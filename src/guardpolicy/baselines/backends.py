@@ -34,7 +34,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Literal
@@ -173,6 +173,32 @@ class _LocalModel:
     def _where(self) -> str:
         return repr(self.model_id) + (f" at revision {self.revision}" if self.revision else "")
 
+    def _in_length_batches(
+        self,
+        adapter: GuardAdapter,
+        texts: list[str],
+        lengths: list[int],
+        run_batch: Callable[[list[str]], list[Generation]],
+        started: float,
+    ) -> list[Generation]:
+        """`run_batch` over batches of `texts`, longest first (a batch holds prompts of similar length, so
+        little padding; ties in input order); the results back in input order, the throughput logged."""
+        order = sorted(range(len(texts)), key=lambda i: (-lengths[i], i))
+        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+        results: list[Generation | None] = [None] * len(texts)
+        for batch in tqdm(batches, desc=f"{self.model_id} ({adapter.family})", unit="batch"):
+            for index, generation in zip(batch, run_batch([texts[i] for i in batch]), strict=True):
+                results[index] = generation
+        self.generated += len(texts)
+        _log_throughput(
+            self.model_id,
+            adapter.family,
+            len(texts),
+            time.perf_counter() - started,
+            self.device_choice.describe(),
+        )
+        return _all_answered(results)
+
     def _load(self, auto_class: Any, what: str, **kwargs: Any) -> Any:
         try:
             return auto_class.from_pretrained(
@@ -291,28 +317,17 @@ class TransformersBackend(_LocalModel):
         started = time.perf_counter()
         texts = [self.render(adapter, prompt) for prompt in prompts]
         lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
-        # Longest first, so a batch holds prompts of similar length (little padding); ties in input order.
-        order = sorted(range(len(prompts)), key=lambda i: (-lengths[i], i))
-        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
         candidates = self.candidate_token_ids(adapter.decision_tokens())
         config = self._generation_config(decoding)
         eos = config.eos_token_id
         stop_ids = set(eos if isinstance(eos, list) else [eos])
-        results: list[Generation | None] = [None] * len(prompts)
-        for batch in tqdm(batches, desc=f"{self.model_id} ({adapter.family})", unit="batch"):
-            batch_texts = [texts[i] for i in batch]
-            generations = self._generate_batch(adapter, batch_texts, config, stop_ids, candidates)
-            for index, generation in zip(batch, generations, strict=True):
-                results[index] = generation
-        self.generated += len(prompts)
-        _log_throughput(
-            self.model_id,
-            adapter.family,
-            len(prompts),
-            time.perf_counter() - started,
-            self.device_choice.describe(),
+        return self._in_length_batches(
+            adapter,
+            texts,
+            lengths,
+            lambda batch: self._generate_batch(adapter, batch, config, stop_ids, candidates),
+            started,
         )
-        return _all_answered(results)
 
     @torch.inference_mode()
     def _generate_batch(
@@ -662,23 +677,7 @@ class SequenceClassifierBackend(_LocalModel):
                 self.max_length,
                 self.tokenizer.truncation_side,
             )
-        # Longest first, so a batch holds prompts of similar length (little padding); ties in input order.
-        order = sorted(range(len(prompts)), key=lambda i: (-lengths[i], i))
-        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
-        results: list[Generation | None] = [None] * len(prompts)
-        for batch in tqdm(batches, desc=f"{self.model_id} ({adapter.family})", unit="batch"):
-            generations = self._classify_batch([texts[i] for i in batch])
-            for index, generation in zip(batch, generations, strict=True):
-                results[index] = generation
-        self.generated += len(prompts)
-        _log_throughput(
-            self.model_id,
-            adapter.family,
-            len(prompts),
-            time.perf_counter() - started,
-            self.device_choice.describe(),
-        )
-        return _all_answered(results)
+        return self._in_length_batches(adapter, texts, lengths, self._classify_batch, started)
 
     @torch.inference_mode()
     def _classify_batch(self, texts: list[str]) -> list[Generation]:
