@@ -192,6 +192,11 @@ def test_cached_rerun_never_loads_the_weights(classifier_dir: Path, tmp_path: Pa
     assert shorter.template_fingerprint(adapter) != second.template_fingerprint(adapter)
     CachedBackend(shorter, GenerationCache(tmp_path / "cache")).generate(adapter, PROMPTS[:2], Decoding())
     assert shorter.generated == 2
+    # Decoding parameters do not change a classifier's answer: other ones reread the cache, nothing reruns.
+    fourth = _backend(classifier_dir, batch_size=4)
+    reread = CachedBackend(fourth, GenerationCache(tmp_path / "cache"))
+    assert reread.generate(adapter, prompts, Decoding(max_new_tokens=3, top_logprobs=1)) == generations
+    assert fourth.generated == 0 and fourth._model is None
     # A label-map change is the adapter's business: the same raw answers are reread, nothing reruns.
     relabelled = EncoderClassifierAdapter(label_map={**LABEL_MAP, "INJECTION": "safe"})
     third = _backend(classifier_dir, batch_size=4)
@@ -239,6 +244,31 @@ def test_build_backend_runs_classifiers_locally_only(classifier_dir: Path) -> No
     assert backend.revision == "0" * 40 and backend.batch_size == 3
     with pytest.raises(ConfigError, match=r"guards\.pg\.revision: not pinned"):
         build_backend("pg", BaselineGuardConfig(), _classifier_spec("meta-llama/Prompt-Guard-86M", None))
+    # `max_length` reaches the classifier (capped by its 64 positions) and is refused for a generative guard.
+    short = build_backend("pg", BaselineGuardConfig(model=str(classifier_dir), max_length=16), spec)
+    assert isinstance(short, SequenceClassifierBackend) and short.max_length == 16
+    capped = build_backend("pg", BaselineGuardConfig(model=str(classifier_dir), max_length=4096), spec)
+    assert capped.max_length == TOKENS_LIMIT
+    generative = parse_registry(
+        {
+            "guards": {
+                "qg": {
+                    "model_id": "Qwen/Qwen3Guard-Gen-0.6B",
+                    "revision": "0" * 40,
+                    "family": "qwen3guard",
+                    "default_mapping": "strict",
+                    "gpu_memory_gib_bf16": 1.5,
+                }
+            }
+        },
+        where="baselines.yaml",
+    )["qg"]
+    with pytest.raises(
+        ConfigError, match=r"baselines\.guards\.qg\.max_length: applies to encoder_classifier"
+    ):
+        build_backend("qg", BaselineGuardConfig(model=str(classifier_dir), max_length=16), generative)
+    with pytest.raises(ConfigError, match="max_length must be at least 2"):
+        BaselineGuardConfig(max_length=1)
 
 
 def test_baseline_stage_on_a_classifier_guard(workspace: Path) -> None:  # noqa: F811

@@ -610,12 +610,19 @@ class BaselineGuardConfig:
     dtype: Literal["auto", "bf16", "fp32"] = "auto"
     # Qwen3Guard's middle class as unsafe (`strict`) or safe (`relaxed`) for the headline; both are written.
     mapping: Literal["strict", "relaxed"] | None = None
+    # Encoder classifiers only: truncate prompts to this many tokens (null: 512, capped by the model's own
+    # limit). Generative guards take the whole prompt; giving it for one is an error.
+    max_length: int | None = None
 
     def __post_init__(self) -> None:
         if self.backend == "server" and not self.base_url:
             raise ConfigError("backend server needs base_url (e.g. http://localhost:8000/v1)")
         if self.batch_size <= 0:
             raise ConfigError(f"batch_size must be positive, got {self.batch_size}")
+        if self.max_length is not None and self.max_length < 2:
+            raise ConfigError(
+                f"max_length must be at least 2 (room for the special tokens), got {self.max_length}"
+            )
 
 
 @dataclass(frozen=True)

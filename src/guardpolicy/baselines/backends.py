@@ -220,6 +220,8 @@ class TransformersBackend(_LocalModel):
     `generate`, so a run answered entirely from the cache never loads the weights.
     """
 
+    uses_decoding = True
+
     def __init__(
         self,
         model: str | Path,
@@ -440,6 +442,8 @@ def _decision_logprobs(logprobs: Any, adapter: GuardAdapter, candidates: Sequenc
 class OpenAIServerBackend:
     """A guard served behind POST {base_url}/chat/completions (e.g. `vllm serve <model> --revision <sha>`)."""
 
+    uses_decoding = True
+
     def __init__(
         self,
         base_url: str,
@@ -557,6 +561,9 @@ class SequenceClassifierBackend(_LocalModel):
     (`options.label_map` of the registry entry), else ConfigError: a misconfigured map would otherwise fail
     the parse of every item.
     """
+
+    # One forward pass: the decoding parameters do not change an answer (kept out of cache keys).
+    uses_decoding = False
 
     def __init__(
         self,

@@ -82,6 +82,9 @@ class Backend(Protocol):
 
     model_id: str
     revision: str | None
+    # False for a backend whose answers do not depend on `Decoding` (a classifier's single forward pass);
+    # the raw-output cache then leaves the decoding parameters out of its keys. Absent means True.
+    uses_decoding: bool
 
     def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
         """One Generation per prompt, in order."""

@@ -175,12 +175,19 @@ class CachedBackend:
     def revision(self) -> str | None:
         return self.backend.revision
 
+    @property
+    def uses_decoding(self) -> bool:
+        return getattr(self.backend, "uses_decoding", True)
+
     def template_fingerprint(self, adapter: GuardAdapter) -> str:
         return self.backend.template_fingerprint(adapter)
 
     def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
         fingerprint = self.backend.template_fingerprint(adapter)
-        keys = [cache_key(self.model_id, self.revision, fingerprint, decoding, prompt) for prompt in prompts]
+        # A backend that does not decode (a sequence classifier) answers the same whatever the decoding
+        # parameters, so they stay out of its keys: changing max_new_tokens must not rerun a classifier.
+        keyed = decoding if getattr(self.backend, "uses_decoding", True) else Decoding()
+        keys = [cache_key(self.model_id, self.revision, fingerprint, keyed, prompt) for prompt in prompts]
         found = self.cache.get_many(keys)
         # One generation per distinct missing prompt, in first-seen order.
         missing: dict[str, str] = {}

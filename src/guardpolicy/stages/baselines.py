@@ -26,7 +26,12 @@ import pandas as pd
 import pyarrow as pa
 
 from guardpolicy.baselines import BASELINES_DIR, MODEL_PREFIX
-from guardpolicy.baselines.backends import OpenAIServerBackend, SequenceClassifierBackend, TransformersBackend
+from guardpolicy.baselines.backends import (
+    DEFAULT_CLASSIFIER_MAX_LENGTH,
+    OpenAIServerBackend,
+    SequenceClassifierBackend,
+    TransformersBackend,
+)
 from guardpolicy.baselines.base import Backend, Decoding, GuardVerdict
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
 from guardpolicy.baselines.mapping import PARSE_STATUSES, binary_decision, parse_failure_counts
@@ -93,7 +98,17 @@ def build_backend(
             )
         revision = spec.revision if Path(model).is_dir() else require_pinned(guard, spec)
         return SequenceClassifierBackend(
-            model, revision, device=device, dtype=config.dtype, batch_size=config.batch_size
+            model,
+            revision,
+            device=device,
+            dtype=config.dtype,
+            batch_size=config.batch_size,
+            max_length=config.max_length or DEFAULT_CLASSIFIER_MAX_LENGTH,
+        )
+    if config.max_length is not None:
+        raise ConfigError(
+            f"baselines.guards.{guard}.max_length: applies to encoder_classifier guards only; "
+            f"{guard!r} is a {spec.family} guard, which reads the whole prompt"
         )
     if config.backend == "server":
         assert config.base_url is not None  # BaselineGuardConfig requires it for the server backend
