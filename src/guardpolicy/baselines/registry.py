@@ -22,7 +22,7 @@ from guardpolicy.baselines.adapters import (
     Qwen3GuardAdapter,
 )
 from guardpolicy.baselines.base import GuardAdapter
-from guardpolicy.config import from_mapping, load_yaml
+from guardpolicy.config import BaselineGuardConfig, Params, from_mapping, load_yaml
 from guardpolicy.errors import ConfigError
 
 REGISTRY_FILE = "data/baselines.yaml"
@@ -113,6 +113,24 @@ def parse_registry(data: object, *, where: str) -> dict[str, GuardSpec]:
 def load_baseline_registry(path: str | Path = REGISTRY_FILE) -> dict[str, GuardSpec]:
     """The guards of `path` in file order."""
     return parse_registry(load_yaml(path), where=str(path))
+
+
+def guard_config(params: Params, guard: str, params_file: str | Path) -> BaselineGuardConfig:
+    """The run settings of `guard` in params `baselines.guards`, or ConfigError naming the configured ones."""
+    guards = params.baselines.guards
+    if guard not in guards:
+        raise ConfigError(
+            f"{params_file}: baselines.guards: no guard {guard!r}; configured: {sorted(guards) or 'none'}"
+        )
+    return guards[guard]
+
+
+def guard_spec(registry_file: str | Path, guard: str) -> GuardSpec:
+    """The registry entry of `guard`, or ConfigError naming the registered ones."""
+    registry = load_baseline_registry(registry_file)
+    if guard not in registry:
+        raise ConfigError(f"{registry_file}: guards: no entry {guard!r}; registered: {sorted(registry)}")
+    return registry[guard]
 
 
 def require_pinned(name: str, spec: GuardSpec) -> str:

@@ -13,13 +13,14 @@ from typing import Any
 import pandas as pd
 
 from guardpolicy.analysis.baselines import BASELINE_KIND, HEADLINE_ROWS, guard_headline, guard_model_name
+from guardpolicy.analysis.scores import MEAN_HARMFUL
 from guardpolicy.analysis.summary import clean_tree
 from guardpolicy.reporting.report import MISSING, fmt, fmt_ci, fmt_count, fmt_signed, markdown_table
 
 
 def _best_at_guard_point(calibration: pd.DataFrame, model: str, main_seed: int) -> dict[str, Any]:
     """Per guard mapping and scale: our main-seed model with the top mean CAP at the guard's over-refusal."""
-    chosen = calibration[(calibration["guard"] == model) & (calibration["benchmark"] == "mean:harmful")]
+    chosen = calibration[(calibration["guard"] == model) & (calibration["benchmark"] == MEAN_HARMFUL)]
     out: dict[str, Any] = {}
     for guard_mapping, rows in chosen.groupby("guard_mapping", sort=True):
         guard_row = rows[rows["model"] == model]

@@ -15,7 +15,9 @@ from typing import Any
 
 import pandas as pd
 
+from guardpolicy.analysis.baselines import BASELINE_KIND, GUARD_MAPPING
 from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL, MEAN_PREFIX
+from guardpolicy.baselines import MODEL_PREFIX
 from guardpolicy.errors import InputError
 
 # Where branch_headline's scores come from when the caller does not say (error messages name it).
@@ -814,14 +816,8 @@ def _mapping_effect(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
     ]
 
 
-GUARD_KIND = "baseline"
-GUARD_PREFIX = "baseline-"
-# Our mapping -> the guard mapping with the same meaning (the middle class safe / unsafe).
-GUARD_MAPPINGS = (("default", "relaxed"), ("boundary_unsafe", "strict"))
-
-
 def _guard_label(inputs: ReportInputs, model: str) -> str:
-    guard = model.removeprefix(GUARD_PREFIX)
+    guard = model.removeprefix(MODEL_PREFIX)
     facts = inputs.guards.get(guard, {})
     revision = facts.get("revision") or "unpinned"
     where = facts.get("model_id", guard)
@@ -830,7 +826,7 @@ def _guard_label(inputs: ReportInputs, model: str) -> str:
 
 def _comparison_models(inputs: ReportInputs, headline: pd.DataFrame) -> pd.DataFrame:
     """Our models for the baseline tables: teachers and branches at the main seed, by scale then branch."""
-    ours = headline[(headline["kind"] != GUARD_KIND) & (headline["seed"] == inputs.main_seed)].copy()
+    ours = headline[(headline["kind"] != BASELINE_KIND) & (headline["seed"] == inputs.main_seed)].copy()
     ours["_scale"] = [_scale_rank(inputs, str(s)) for s in ours["scale"]]
     ours["_branch"] = [natural_key(str(b)) for b in ours["branch"]]
     return ours.sort_values(["_scale", "_branch", "model"]).drop(columns=["_scale", "_branch"])
@@ -838,7 +834,7 @@ def _comparison_models(inputs: ReportInputs, headline: pd.DataFrame) -> pd.DataF
 
 def _baselines(inputs: ReportInputs) -> list[str]:
     """Table 2: every open guard relaxed vs strict beside our models, then the calibrated comparison."""
-    guards = sorted(m for m in set(inputs.scores["model"]) if str(m).startswith(GUARD_PREFIX))
+    guards = sorted(m for m in set(inputs.scores["model"]) if str(m).startswith(MODEL_PREFIX))
     title = "## Table 2 — open guard baselines beside our branches"
     if not guards:
         return [
@@ -859,21 +855,20 @@ def _baselines(inputs: ReportInputs) -> list[str]:
             policies=inputs.policies,
             source=inputs.sources.get("scores", SCORES_FILE),
         ).set_index("model")
-        for mapping, _ in GUARD_MAPPINGS
+        for mapping, _ in GUARD_MAPPING.items()
     }
     default = by_mapping["default"].reset_index()
     ours = _comparison_models(inputs, default)
+    names = {
+        m: f"{scale} {branch}"
+        for m, scale, branch in zip(ours["model"], ours["scale"], ours["branch"], strict=True)
+    }
     parse = inputs.baseline_parse
     rows = []
     for model in [*guards, *ours["model"]]:
         is_guard = model in guards
-        cells = [
-            _guard_label(inputs, model)
-            if is_guard
-            else f"{ours.set_index('model').loc[model, 'scale']} "
-            f"{ours.set_index('model').loc[model, 'branch']}"
-        ]
-        for mapping, _ in GUARD_MAPPINGS:
+        cells = [_guard_label(inputs, model) if is_guard else names[model]]
+        for mapping, _ in GUARD_MAPPING.items():
             r = by_mapping[mapping].loc[model]
             for column in ("cap", "over_ref", "copy"):
                 cells.append(fmt_ci(r[column], r[f"{column}_ci_low"], r[f"{column}_ci_high"]))
@@ -956,7 +951,7 @@ def _calibrated(inputs: ReportInputs, guards: list[str]) -> list[str]:
         "",
     ]
     for guard in guards:
-        for mapping, guard_mapping in GUARD_MAPPINGS:
+        for mapping, guard_mapping in GUARD_MAPPING.items():
             chosen = table[(table["guard"] == guard) & (table["mapping"] == mapping)]
             if chosen.empty:
                 continue

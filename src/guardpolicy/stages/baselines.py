@@ -35,8 +35,8 @@ from guardpolicy.baselines.backends import (
 from guardpolicy.baselines.base import Backend, Decoding, GuardVerdict
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
 from guardpolicy.baselines.mapping import PARSE_STATUSES, binary_decision, parse_failure_counts
-from guardpolicy.baselines.registry import GuardSpec, build_adapter, load_baseline_registry, require_pinned
-from guardpolicy.config import BaselineGuardConfig, Params, load_params
+from guardpolicy.baselines.registry import GuardSpec, build_adapter, guard_config, guard_spec, require_pinned
+from guardpolicy.config import BaselineGuardConfig, load_params
 from guardpolicy.errors import ConfigError
 from guardpolicy.evaluation.metrics import DIGITS, SUBSETS, auprc, cap, f1, headline, over_ref
 from guardpolicy.evaluation.scoring import prediction_columns
@@ -64,22 +64,6 @@ DECISIONS = {
 
 
 # ------------------------------------------------------------------------------------------ configuration
-
-
-def guard_config(params: Params, guard: str, params_file: str | Path) -> BaselineGuardConfig:
-    guards = params.baselines.guards
-    if guard not in guards:
-        raise ConfigError(
-            f"{params_file}: baselines.guards: no guard {guard!r}; configured: {sorted(guards) or 'none'}"
-        )
-    return guards[guard]
-
-
-def guard_spec(registry_file: str | Path, guard: str) -> GuardSpec:
-    registry = load_baseline_registry(registry_file)
-    if guard not in registry:
-        raise ConfigError(f"{registry_file}: guards: no entry {guard!r}; registered: {sorted(registry)}")
-    return registry[guard]
 
 
 def build_backend(

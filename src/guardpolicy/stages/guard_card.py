@@ -14,9 +14,9 @@ import hashlib
 import logging
 from pathlib import Path
 
-from guardpolicy.baselines.registry import load_baseline_registry
+from guardpolicy.baselines.registry import guard_config, guard_spec
 from guardpolicy.config import load_params
-from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.errors import InputError
 from guardpolicy.io import write_json, write_text
 from guardpolicy.reporting.guard_card import guard_card
 from guardpolicy.stages.report import read_table
@@ -38,15 +38,8 @@ def write_guard_card(
     """Write <out_dir>/<guard>.md and .json; returns the Markdown path."""
     params = load_params(params_file)
     config = params.baselines
-    if guard not in config.guards:
-        raise ConfigError(
-            f"{params_file}: baselines.guards: no guard {guard!r}; "
-            f"configured: {sorted(config.guards) or 'none'}"
-        )
-    registry = load_baseline_registry(config.registry)
-    if guard not in registry:
-        raise ConfigError(f"{config.registry}: guards: no entry {guard!r}; registered: {sorted(registry)}")
-    spec, run = registry[guard], config.guards[guard]
+    run = guard_config(params, guard, params_file)
+    spec = guard_spec(config.registry, guard)
     facts = {
         "model_id": spec.model_id,
         "revision": spec.revision,
