@@ -114,9 +114,11 @@ def match_threshold(scores: np.ndarray, target: float) -> tuple[float, float]:
     if scores.size == 0 or not np.isfinite(target):
         return float("nan"), float("nan")
     # Candidates: every distinct score (flag it and everything above) and one above the maximum (flag none).
-    distinct = np.unique(scores)[::-1]  # descending
-    candidates = np.r_[np.nextafter(distinct[0], np.inf), distinct]
-    rates = np.array([(scores >= t).mean() for t in candidates])
+    distinct = np.unique(scores)[::-1]  # [d] descending
+    candidates = np.r_[np.nextafter(distinct[0], np.inf), distinct]  # [d + 1]
+    # Flags at threshold v = the scores >= v, counted on the ascending negated scores in O(n log n).
+    flagged = np.searchsorted(np.sort(-scores), -distinct, side="right")  # [d]
+    rates = np.r_[0, flagged] / scores.size  # [d + 1]
     best = int(np.argmin(np.abs(rates - target)))  # first = highest threshold among equally close ones
     return float(candidates[best]), float(rates[best])
 
