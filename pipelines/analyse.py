@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.analyse import ANALYSIS_DIR, EVAL_DIR, FINGERPRINT_FILE, REGISTRY_FILE, analyse
-from guardpolicy.training.branches import PLAN_FILE
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.analyse import ANALYSIS_DIR, EVAL_DIR, FINGERPRINT_FILE, REGISTRY_FILE, analyse
+    from guardpolicy.training.branches import PLAN_FILE
 
 
 def main(

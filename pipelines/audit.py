@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.audit import (
-    BENCHMARKS_DIR,
-    CLEAN_DIR,
-    LABELS_DIR,
-    POOL_FILE,
-    REGISTRY_FILE,
-    REPORT_FILE,
-    SPLITS_DIR,
-    audit,
-)
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.audit import (
+        BENCHMARKS_DIR,
+        CLEAN_DIR,
+        LABELS_DIR,
+        POOL_FILE,
+        REGISTRY_FILE,
+        REPORT_FILE,
+        SPLITS_DIR,
+        audit,
+    )
 
 
 def main(

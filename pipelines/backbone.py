@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.train import MODELS_DIR, backbone
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports("guardpolicy.modeling.guard"):
+    from guardpolicy.stages.train import MODELS_DIR, backbone
 
 
 def main(scale: str, params_file: str = "params.yaml", models_dir: str = MODELS_DIR) -> None:

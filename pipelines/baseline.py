@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.baselines import BASELINES_DIR, baseline
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.baselines import BASELINES_DIR, baseline
 
 
 def main(guard: str, params_file: str = "params.yaml", out_dir: str = BASELINES_DIR) -> None:

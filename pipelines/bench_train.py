@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.training.bench import bench_train
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.training.bench import bench_train
 
 if __name__ == "__main__":
     fire.Fire(guarded(bench_train))

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.benchmarks import REGISTRY_FILE, report
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.benchmarks import REGISTRY_FILE, report
 
 
 def main(registry_file: str = REGISTRY_FILE) -> None:

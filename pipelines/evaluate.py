@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.evaluate import EVAL_DIR, FEATURES_DIR, MODELS_DIR, evaluate
-from guardpolicy.training.branches import PLAN_FILE
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports("guardpolicy.modeling.guard", "guardpolicy.evaluation.scoring"):
+    from guardpolicy.stages.evaluate import EVAL_DIR, FEATURES_DIR, MODELS_DIR, evaluate
+    from guardpolicy.training.branches import PLAN_FILE
 
 
 def main(

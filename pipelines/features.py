@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.evaluate import FEATURES_DIR, MODELS_DIR, features
-from guardpolicy.training.branches import PLAN_FILE
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports("guardpolicy.modeling.guard", "guardpolicy.evaluation.scoring"):
+    from guardpolicy.stages.evaluate import FEATURES_DIR, MODELS_DIR, features
+    from guardpolicy.training.branches import PLAN_FILE
 
 
 def main(

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.benchmarks import BENCHMARK_DIR, REGISTRY_FILE, fetch
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.benchmarks import BENCHMARK_DIR, REGISTRY_FILE, fetch
 
 
 def main(

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.fingerprint import fingerprint
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.fingerprint import fingerprint
 
 
 def main(

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.guard_card import GUARDS_DIR, write_guard_card
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.guard_card import GUARDS_DIR, write_guard_card
 
 
 def main(guard: str, params_file: str = "params.yaml", out_dir: str = GUARDS_DIR) -> None:

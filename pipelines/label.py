@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.labels import LABEL_DIR, POOL_FILE, REPORT_DIR, label
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.labels import LABEL_DIR, POOL_FILE, REPORT_DIR, label
 
 
 def main(

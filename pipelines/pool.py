@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.pool import POOL_FILE, REPORT_FILE, build
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.pool import POOL_FILE, REPORT_FILE, build
 
 
 def main(params_file: str = "params.yaml", out: str = str(POOL_FILE), report: str = str(REPORT_FILE)) -> None:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.report import report
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.stages.report import report
 
 
 def main(

@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.train import (
-    LABELS_DIR,
-    LIVE_DIR,
-    MODELS_DIR,
-    POOL_FILE,
-    SPLITS_DIR,
-    TEACHER_OUTPUTS_DIR,
-    teacher,
-)
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports("guardpolicy.training.loop", "guardpolicy.training.predict"):
+    from guardpolicy.stages.train import (
+        LABELS_DIR,
+        LIVE_DIR,
+        MODELS_DIR,
+        POOL_FILE,
+        SPLITS_DIR,
+        TEACHER_OUTPUTS_DIR,
+        teacher,
+    )
 
 
 def main(

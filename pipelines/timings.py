@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.timing import TIMINGS_DIR, TIMINGS_FILE, timings
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports():
+    from guardpolicy.timing import TIMINGS_DIR, TIMINGS_FILE, timings
 
 
 def main(timings_dir: str = TIMINGS_DIR, out: str = TIMINGS_FILE) -> None:

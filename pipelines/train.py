@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.train import LIVE_DIR, MODELS_DIR, TEACHER_OUTPUTS_DIR, train
-from guardpolicy.training.branches import PLAN_FILE
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports("guardpolicy.training.loop"):
+    from guardpolicy.stages.train import LIVE_DIR, MODELS_DIR, TEACHER_OUTPUTS_DIR, train
+    from guardpolicy.training.branches import PLAN_FILE
 
 
 def main(

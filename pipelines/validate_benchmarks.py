@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.benchmarks import REGISTRY_FILE, validate
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports("great_expectations"):
+    from guardpolicy.stages.benchmarks import REGISTRY_FILE, validate
 
 
 def main(registry_file: str = REGISTRY_FILE) -> None:

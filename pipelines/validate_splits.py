@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import fire
 
-from guardpolicy.runner import guarded
-from guardpolicy.stages.validate import validate_splits
+from guardpolicy.runner import guarded, stage_imports
+
+with stage_imports("great_expectations"):
+    from guardpolicy.stages.validate import validate_splits
 
 
 def main(

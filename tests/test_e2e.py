@@ -133,12 +133,13 @@ def test_repro_writes_every_benchmark_and_the_reports(smoke_repo):
 
 
 def test_whole_dag_through_training_fits_the_smoke_budget(smoke_repo):
-    """The issue's bound is 3 minutes on an idle 2-core machine (see README for the measured time); under
-    `make test` another test file runs on the second core, so the assertion leaves headroom for that."""
+    """The issue's bound is 3 minutes inside `make test` on the 2-core machine (measured: see README); the
+    assertion leaves a third on top for a slower CI runner, and still fails on a return to the ~220 s that
+    the stage processes took before their imports ran with the collector paused (runner.stage_imports)."""
     _, _, through_training, rest = smoke_repo
     print(f"smoke dvc repro: through training {through_training:.0f} s, evaluation to report {rest:.0f} s")
-    assert through_training < 360, f"smoke dvc repro through training took {through_training:.0f} s"
-    assert rest < 360, f"smoke dvc repro from evaluation to the report took {rest:.0f} s"
+    assert through_training < 240, f"smoke dvc repro through training took {through_training:.0f} s"
+    assert rest < 300, f"smoke dvc repro from evaluation to the report took {rest:.0f} s"
 
 
 def test_every_stage_left_a_timing_record(smoke_repo):

@@ -134,10 +134,42 @@ def test_stage_scripts_are_thin_and_import_only_what_they_list(stages):
         deps = {str(Path(d.def_path)) for d in stage.deps}
         assert script in deps, f"{name} does not depend on its own script {script}"
         for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("guardpolicy."):
-                module_path = "src/" + node.module.replace(".", "/")
+            imported = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported = [node.module]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "stage_imports":
+                # Modules preloaded by name (the stage imports them lazily) are imports too.
+                imported = [arg.value for arg in node.args if isinstance(arg, ast.Constant)]
+            for module in imported:
+                if not module.startswith("guardpolicy."):
+                    continue
+                module_path = "src/" + module.replace(".", "/")
                 covered = any(
                     dep == module_path + ".py" or module_path.startswith(dep + "/") or module_path == dep
                     for dep in deps
                 )
-                assert covered, f"{name}: imports {node.module} but does not list it as a dependency"
+                assert covered, f"{name}: imports {module} but does not list it as a dependency"
+
+
+def test_stage_imports_pauses_the_collector_then_freezes_and_restores_it():
+    """Run in a fresh interpreter: freezing the test process's heap would keep its garbage forever."""
+    code = """
+import gc, sys
+from guardpolicy.runner import stage_imports
+during = []
+with stage_imports("json.tool"):
+    during.append(gc.isenabled())
+print(during[0], "json.tool" in sys.modules, gc.isenabled(), gc.get_freeze_count() > 0)
+gc.disable()
+with stage_imports():
+    pass
+print(gc.isenabled())
+gc.enable()
+try:
+    with stage_imports("guardpolicy.no_such_module"):
+        pass
+except ModuleNotFoundError:
+    print("missing", gc.isenabled())
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True", "True", "True", "False", "missing", "True"]

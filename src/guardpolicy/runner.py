@@ -2,15 +2,18 @@
 
 Exit status 2: bad input or configuration (the message names file, row and field). Exit status 1: a critical
 data expectation failed. Tracebacks are kept for genuine bugs. A stage that DVC runs also leaves its timing
-record (guardpolicy.timing).
+record (guardpolicy.timing). Stage scripts load their modules inside `stage_imports()`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
+import importlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from guardpolicy.errors import GuardpolicyError, ValidationFailed
@@ -18,6 +21,31 @@ from guardpolicy.timing import write_stage_record
 
 EXIT_VALIDATION = 1
 EXIT_BAD_INPUT = 2
+
+
+@contextlib.contextmanager
+def stage_imports(*preload: str) -> Iterator[None]:
+    """Load a stage script's modules (and `preload`, the heavy ones its stage imports lazily) with the cyclic
+    garbage collector paused, then freeze what they made.
+
+    Why: importing torch + transformers allocates a few hundred thousand long-lived objects; with the
+    collector on, its passes during the import walk them again and again, and the collection at interpreter
+    exit walks them once more. Measured on the 2-core machine: a smoke `train@` process took 5.7-5.9 s wall,
+    4.3-4.6 s with its imports here — paid once per stage process in every `dvc repro`. Module-level objects
+    live as long as the process anyway, so `gc.freeze()` (they move to the permanent generation, never
+    scanned again) loses nothing; objects made later are collected as usual. For the top of a one-shot
+    script, not a library.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for module in preload:
+            importlib.import_module(module)
+        yield
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
 
 
 def configure_logging(level: int = logging.INFO) -> None:
