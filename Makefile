@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export GX_ANALYTICS_ENABLED := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro test test-all lint diff clean
+.PHONY: setup repro test test-e2e test-all bench bench-dag lint diff clean
 
 # Re-install when the dependency list changes. torch goes first and alone so that pip takes the pinned
 # wheel (the local CPU build here) instead of letting a dependency pull a multi-GB CUDA build.
@@ -25,11 +25,29 @@ setup: $(STAMP)
 repro: setup
 	dvc repro
 
+# Unit + component tests + the reduced end-to-end DAG (tests/e2e/test_reduced_dag.py), on 2 workers. Files are
+# dealt out in collection order (--no-loadscope-reorder), so the end-to-end file, the long pole, starts first
+# while the other worker takes the rest.
 test: setup
-	python -m pytest -n 2 --dist loadfile
+	python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=10
+
+# The whole smoke DAG: every branch at both scales, both teachers, seed triples, `dvc exp run`, baselines.
+test-e2e: setup
+	python -m pytest -m full_dag tests/e2e --durations=5
 
 test-all: setup
-	python -m pytest -m ''
+	python -m pytest -m '' -n 2 --dist loadfile --no-loadscope-reorder
+
+# Timings are measured, never asserted in tests: reports/bench/*.json, with the machine's speed beside them.
+# bench-dag needs only the checkout and the mirror; bench-train and bench-eval read the default run's pool and
+# models/large-E2 (`make repro` or `dvc pull` first).
+bench: bench-dag
+	guardpolicy bench-train --out reports/bench/train.json
+	guardpolicy bench-eval --out reports/bench/eval.json
+
+bench-dag: setup
+	guardpolicy bench-dag --scope reduced
+	guardpolicy bench-dag --scope full
 
 # The workspace against a git revision or an experiment: `make diff` (HEAD), `make diff REV=main`,
 # `make diff REV=<exp name>` -> reports/diff.md (headline changes, dvc params diff, dvc metrics diff).

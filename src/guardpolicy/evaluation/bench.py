@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from guardpolicy.errors import InputError
+from guardpolicy.io import write_json
 
 # torch and transformers are imported where used: the `guardpolicy` command imports this module for every
 # sub-command, and those imports alone take seconds.
@@ -210,9 +211,10 @@ def bench_eval(
     benchmarks_dir: str = BENCHMARKS_DIR,
     warmup_batches: int = 2,
     seed: int = 42,
+    out: str | None = None,
 ) -> str:
     """Classify the same prompts with our batched path and a transformers pipeline; both rates as text (the
-    command line prints it)."""
+    command line prints it) and, with `out`, as JSON (e.g. reports/bench/eval.json)."""
     report = measure_eval_throughput(
         model_dir, samples, batch_size, max_length, threads, benchmarks_dir, warmup_batches, seed
     )
@@ -227,4 +229,6 @@ def bench_eval(
         + (f"\n  warning: other processes kept up to {max(busy):.2f} cores busy while timing" if busy else "")
     )
     log.info("bench-eval: %s", text.replace("\n", ";"))
+    if out is not None:
+        write_json(out, report)
     return text

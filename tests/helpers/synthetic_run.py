@@ -1,0 +1,429 @@
+"""A finished run's analysis tables and reports, synthetic, with known answers planted
+(docs/data-contracts.md): the inputs of stage report and of the guard cards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from helpers.benchmarks import write_params
+from helpers.paths import MIRROR
+
+SCALES = ("small", "large")
+BRANCHES = tuple(f"E{i}" for i in range(1, 11))
+TEACHERS = ("teacher-policy_a", "teacher-policy_b")
+# benchmark -> (role, load, n); harmbench_standard is small on purpose (the small-set caveat).
+BENCHMARKS = {
+    "harmbench_copyright": ("harmful", "policy", 100),
+    "advbench": ("harmful", "capability", 500),
+    "harmbench_standard": ("harmful", "capability", 40),
+    "jbb_benign": ("benign", "policy", 100),
+    "wildguard_benign": ("benign", "other", 900),
+    "xstest": ("mixed", "policy", 450),
+}
+HEADLINE = ("clean", "default")
+# Known answers planted in the tables.
+COPY_SMALL_E8 = (0.812, 0.723, 0.880)
+FINGERPRINT_ROW = (0.9, 0.83, 0.95)
+# The planted interval of the headline means: value - 0.021, value + 0.034.
+MEAN_CI = (0.021, 0.034)
+
+
+def models_table() -> list[dict]:
+    models = []
+    for scale in SCALES:
+        for branch in BRANCHES:
+            models.append(
+                {
+                    "model": f"{scale}-{branch}",
+                    "kind": "branch",
+                    "scale": scale,
+                    "branch": branch,
+                    "seed": 42,
+                    "recipe": f"{scale}-{branch}",
+                }
+            )
+    for seed in (43, 44):
+        models.append(
+            {
+                "model": f"small-E8-s{seed}",
+                "kind": "branch",
+                "scale": "small",
+                "branch": "E8",
+                "seed": seed,
+                "recipe": "small-E8",
+            }
+        )
+    for teacher in TEACHERS:
+        models.append(
+            {
+                "model": teacher,
+                "kind": "teacher",
+                "scale": "large",
+                "branch": teacher,
+                "seed": 42,
+                "recipe": teacher,
+            }
+        )
+    return models
+
+
+def planted_value(
+    model_index: int, benchmark_index: int, metric_index: int, subset: str, mapping: str
+) -> float:
+    offset = (subset == "full") * 7 + (mapping == "boundary_unsafe") * 13
+    return round(((model_index * 37 + benchmark_index * 11 + metric_index * 5 + offset) % 97) / 100, 3)
+
+
+def scores_table() -> pd.DataFrame:
+    rows = []
+    for m_index, model in enumerate(models_table()):
+        for b_index, (benchmark, (role, _, n)) in enumerate(BENCHMARKS.items()):
+            metrics = {"harmful": ["cap"], "benign": ["over_ref"], "mixed": ["cap", "over_ref", "f1"]}[role]
+            for subset in ("clean", "full"):
+                for mapping in ("default", "boundary_unsafe"):
+                    for k_index, metric in enumerate(metrics):
+                        value = planted_value(m_index, b_index, k_index, subset, mapping)
+                        low, high = max(value - 0.05, 0.0), min(value + 0.05, 1.0)
+                        if (model["model"], benchmark, metric, subset, mapping) == (
+                            "small-E8",
+                            "harmbench_copyright",
+                            "cap",
+                            *HEADLINE,
+                        ):
+                            value, low, high = COPY_SMALL_E8
+                        rows.append(
+                            {
+                                **model,
+                                "benchmark": benchmark,
+                                "subset": subset,
+                                "mapping": mapping,
+                                "metric": metric,
+                                "value": value,
+                                "ci_low": low,
+                                "ci_high": high,
+                                "interval": "bootstrap",
+                                "n": n,
+                            }
+                        )
+        # VAL: 4-class accuracy on the val split, written once (clean, default).
+        for p_index, policy in enumerate(("policy_a", "policy_b")):
+            value = planted_value(m_index, 20, p_index, "clean", "default")
+            rows.append(
+                {
+                    **model,
+                    "benchmark": "split:val",
+                    "subset": "clean",
+                    "mapping": "default",
+                    "metric": f"acc_{policy}",
+                    "value": value,
+                    "ci_low": value - 0.03,
+                    "ci_high": value + 0.03,
+                    "interval": "bootstrap",
+                    "n": 600,
+                }
+            )
+    return with_headline_means(pd.DataFrame(rows))
+
+
+def with_headline_means(scores: pd.DataFrame) -> pd.DataFrame:
+    """The analysis' `mean:harmful` / `mean:benign` rows: the unweighted mean and a planted interval."""
+    means = []
+    for key, metric, role in (("mean:harmful", "cap", "harmful"), ("mean:benign", "over_ref", "benign")):
+        members = [b for b, (r, _, _) in BENCHMARKS.items() if r == role]
+        rows = scores[scores["benchmark"].isin(members) & (scores["metric"] == metric)]
+        identity = ["model", "kind", "scale", "branch", "seed", "recipe", "subset", "mapping"]
+        grouped = rows.groupby(identity, sort=True).agg(value=("value", "mean"), n=("n", "sum")).reset_index()
+        grouped["benchmark"], grouped["metric"], grouped["interval"] = key, metric, "bootstrap"
+        grouped["ci_low"], grouped["ci_high"] = grouped["value"] - MEAN_CI[0], grouped["value"] + MEAN_CI[1]
+        means.append(grouped[list(scores.columns)])
+    return pd.concat([scores, *means], ignore_index=True)
+
+
+def span_table() -> pd.DataFrame:
+    rows = []
+    for b_index, (benchmark, (role, load, _)) in enumerate(BENCHMARKS.items()):
+        for subset in ("clean", "full"):
+            for mapping in ("default", "boundary_unsafe"):
+                delta = round(0.9 - 0.1 * b_index, 3)
+                phi = None if benchmark == "wildguard_benign" else round(0.05 + 0.01 * b_index, 3)
+                rows.append(
+                    {
+                        "benchmark": benchmark,
+                        "subset": subset,
+                        "mapping": mapping,
+                        "load": load,
+                        "primary_metric": "over_ref" if role != "harmful" else "cap",
+                        "delta": delta,
+                        "delta_ci_low": delta - 0.04,
+                        "delta_ci_high": delta + 0.04,
+                        "range_small": delta + 0.01,
+                        "range_large": delta - 0.01,
+                        "phi": phi,
+                        "phi_ci_low": None if phi is None else phi - 0.02,
+                        "phi_ci_high": None if phi is None else phi + 0.02,
+                        "phi_median": phi,
+                        "n_triples": 0 if phi is None else 1,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def summary_document() -> dict:
+    return {
+        "subset": "clean",
+        "mapping": "default",
+        "confidence": 0.95,
+        "bootstrap_samples": 2000,
+        "models": len(models_table()),
+        "benchmarks": sorted(BENCHMARKS),
+        "span": {
+            b: {
+                "load": load,
+                "metric": "cap",
+                "delta": 0.5,
+                "delta_ci_low": 0.4,
+                "delta_ci_high": 0.6,
+                "phi": None,
+                "phi_ci_low": None,
+                "phi_ci_high": None,
+            }
+            for b, (_, load, _) in BENCHMARKS.items()
+        },
+        "copyright_vs_noise": {
+            "delta": 0.99,
+            "delta_ci_low": 0.97,
+            "delta_ci_high": 1.0,
+            "phi": 0.05,
+            "phi_ci_low": 0.01,
+            "phi_ci_high": 0.1,
+            "difference": 0.94,
+            "difference_ci_low": 0.88,
+            "difference_ci_high": 0.98,
+            "verdict": "copyright span exceeds the seed noise floor",
+        },
+        "load_contrast": {
+            "policy_mean_delta": 0.61,
+            "policy_ci_low": 0.5,
+            "policy_ci_high": 0.7,
+            "capability_mean_delta": 0.55,
+            "capability_ci_low": 0.45,
+            "capability_ci_high": 0.66,
+            "difference": 0.06,
+            "difference_ci_low": -0.08,
+            "difference_ci_high": 0.19,
+            "verdict": "not distinguishable",
+            "policy_benchmarks": ["harmbench_copyright", "jbb_benign", "xstest"],
+            "capability_benchmarks": ["advbench", "harmbench_standard"],
+        },
+        "rank_tests": {
+            "policy_a_terminal": {
+                "small": {
+                    "harmbench_copyright": {"extreme": "top", "p_value": 0.004762},
+                    "advbench": {"extreme": "none", "p_value": 1.0},
+                },
+                "large": {"harmbench_copyright": {"extreme": "none", "p_value": 1.0}},
+            }
+        },
+        "correlations": {
+            "all": {
+                "policy": {"rho": 0.74, "p_value": 0.0012, "n_models": 22},
+                "capability": {"rho": 0.34, "p_value": 0.12, "n_models": 22},
+            },
+            "small": {
+                "policy": {"rho": 0.7, "p_value": 0.02, "n_models": 12},
+                "capability": {"rho": None, "p_value": None, "n_models": 12},
+            },
+        },
+        "mapping_effect": {
+            "largest_model": "small-E3",
+            "largest_benchmark": "jbb_benign",
+            "largest_change": 0.321,
+            "mean_change": 0.087,
+        },
+    }
+
+
+def write_synthetic_run(root: Path, fingerprint: bool = True) -> dict[str, str]:
+    """A run's inputs to stage report under `root`; returns the report() keyword arguments."""
+    analysis = root / "reports" / "analysis"
+    analysis.mkdir(parents=True)
+    scores_table().to_csv(analysis / "scores.csv", index=False)
+    span_table().to_csv(analysis / "span.csv", index=False)
+    rank_rows = [
+        {
+            "benchmark": b,
+            "scale": scale,
+            "subset": s,
+            "mapping": m,
+            "set_name": "policy_a_terminal",
+            "k": 4,
+            "n": 10,
+            "extreme": "top" if (b, scale) == ("harmbench_copyright", "small") else "none",
+            "p_value": 0.004762 if (b, scale) == ("harmbench_copyright", "small") else 1.0,
+        }
+        for b in BENCHMARKS
+        for scale in SCALES
+        for s in ("clean", "full")
+        for m in ("default", "boundary_unsafe")
+    ]
+    pd.DataFrame(rank_rows).to_csv(analysis / "rank_test.csv", index=False)
+    pd.DataFrame(
+        [
+            {"scale": scale, "val_policy": "policy_a", "load": load, "rho": rho, "p_value": p, "n_models": n}
+            for scale, load, rho, p, n in [
+                ("all", "policy", 0.74, 0.0012, 22),
+                ("all", "capability", 0.34, 0.12, 22),
+                ("small", "policy", 0.7, 0.02, 12),
+                ("small", "capability", None, None, 12),
+            ]
+        ]
+    ).to_csv(analysis / "correlations.csv", index=False)
+    effect = []
+    for model in models_table():
+        for i, benchmark in enumerate(("jbb_benign", "wildguard_benign")):
+            default = 0.1 + 0.01 * i
+            change = 0.321 if (model["model"], benchmark) == ("small-E3", "jbb_benign") else 0.05 * (i + 1)
+            effect.append(
+                {
+                    "model": model["model"],
+                    "benchmark": benchmark,
+                    "subset": "clean",
+                    "over_ref_default": default,
+                    "over_ref_boundary_unsafe": default + change,
+                    "change": change,
+                }
+            )
+    pd.DataFrame(effect).to_csv(analysis / "mapping_effect.csv", index=False)
+    xs, pairs = [], []
+    for model in models_table():
+        for i, kind in enumerate(("homonyms", "figurative_language")):
+            xs.append(
+                {
+                    "model": model["model"],
+                    "subset": "clean",
+                    "xstest_type": kind,
+                    "n": 25,
+                    "over_ref": 0.04 * (i + 1),
+                    "ci_low": 0.0,
+                    "ci_high": 0.2,
+                }
+            )
+        pairs.append(
+            {
+                "model": model["model"],
+                "subset": "clean",
+                "pairs": 200,
+                "consistent": 150,
+                "consistency": 0.75,
+                "ci_low": 0.69,
+                "ci_high": 0.81,
+            }
+        )
+    pd.DataFrame(xs).to_csv(analysis / "xstest.csv", index=False)
+    pd.DataFrame(pairs).to_csv(analysis / "xstest_pairs.csv", index=False)
+    (analysis / "summary.json").write_text(json.dumps(summary_document()), encoding="utf-8")
+
+    reports = root / "reports"
+    if fingerprint:
+        pd.DataFrame(
+            [
+                {
+                    "benchmark": "harmbench_copyright",
+                    "policy": "policy_a",
+                    "labeler": "rules",
+                    "n": 100,
+                    "agree": 90,
+                    "agreement": FINGERPRINT_ROW[0],
+                    "ci_low": FINGERPRINT_ROW[1],
+                    "ci_high": FINGERPRINT_ROW[2],
+                },
+                {
+                    "benchmark": "harmbench_copyright",
+                    "policy": "policy_b",
+                    "labeler": "rules",
+                    "n": 100,
+                    "agree": 12,
+                    "agreement": 0.12,
+                    "ci_low": 0.07,
+                    "ci_high": 0.2,
+                },
+            ]
+        ).to_csv(reports / "fingerprint.csv", index=False)
+    contamination = {
+        "benchmarks": {
+            b: {
+                "n": n,
+                "exact": 25 if b == "harmbench_copyright" else 0,
+                "exact_rate": 0.25 if b == "harmbench_copyright" else 0.0,
+                "near_duplicate_only": 1,
+                "near_duplicate_only_rate": round(1 / n, 6),
+                "any_overlap": 1,
+                "dropped": 26 if b == "harmbench_copyright" else 1,
+                "clean_n": n - (26 if b == "harmbench_copyright" else 1),
+            }
+            for b, (_, _, n) in BENCHMARKS.items()
+        }
+        | {
+            "salad_base": {
+                "n": 0,
+                "exact": 0,
+                "exact_rate": None,
+                "near_duplicate_only": 0,
+                "near_duplicate_only_rate": None,
+                "dropped": 0,
+                "clean_n": 0,
+            }
+        },
+        "totals": {"any_overlap": 31, "any_overlap_rate": 0.0123},
+    }
+    (reports / "contamination.json").write_text(json.dumps(contamination), encoding="utf-8")
+    agreement = {
+        "pair": ["policy_a", "policy_b"],
+        "n": 6000,
+        "coarse_agreement": 0.835667,
+        "cohen_kappa_coarse": 0.767831,
+        "binary_agreement": 0.835667,
+        "cohen_kappa_binary": 0.674396,
+        "binary_agreement_boundary_unsafe": 0.98,
+        "verdict": "83.6% coarse agreement",
+    }
+    (reports / "agreement.json").write_text(json.dumps(agreement), encoding="utf-8")
+    statuses = {b: {"status": "ok", "reason": None} for b in BENCHMARKS}
+    statuses["salad_base"] = {"status": "missing", "reason": "not in the mirror"}
+    (reports / "benchmarks.json").write_text(json.dumps({"benchmarks": statuses}), encoding="utf-8")
+    figures = reports / "figures"
+    figures.mkdir()
+    (figures / "agreement_heatmap.png").write_bytes(b"\x89PNG synthetic")
+
+    evaluations = {
+        m["model"]: {
+            "model_dir": f"models/{m['model']}",
+            "kind": m["kind"],
+            "scale": m["scale"],
+            "branch": m["branch"],
+            "seed": m["seed"],
+            "recipe": m["recipe"],
+            "features": "x",
+        }
+        for m in models_table()
+    }
+    (root / "data").mkdir()
+    (root / "data" / "models.yaml").write_text(yaml.safe_dump({"evaluations": evaluations}), encoding="utf-8")
+    write_params(root / "params.yaml", MIRROR, profile="default")
+    return {
+        "params_file": str(root / "params.yaml"),
+        "plan_file": str(root / "data" / "models.yaml"),
+        "analysis_dir": str(analysis),
+        "fingerprint_file": str(reports / "fingerprint.csv"),
+        "contamination_file": str(reports / "contamination.json"),
+        "agreement_file": str(reports / "agreement.json"),
+        "benchmarks_file": str(reports / "benchmarks.json"),
+        "agreement_heatmap": str(figures / "agreement_heatmap.png"),
+        "out": str(reports / "REPORT.md"),
+        "figures_dir": str(figures),
+        "plots_dir": str(reports / "plots"),
+    }

@@ -1,0 +1,41 @@
+"""bench-eval: both inference paths run on the same prompts, agree, and report their rates."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+from helpers.encoders import tiny_guard
+
+from guardpolicy.evaluation.bench import bench_eval, bench_prompts, measure_eval_throughput
+from guardpolicy.modeling.guard import save_guard
+
+
+def test_prompts_are_real_when_benchmarks_exist_and_deterministic_otherwise(tmp_path) -> None:
+    synthetic, origin = bench_prompts(tmp_path / "none", samples=10, seed=1)
+    assert origin.startswith("synthetic") and synthetic == bench_prompts(tmp_path / "none", 10, 1)[0]
+    assert len({len(p.split()) for p in synthetic}) > 1  # varied lengths, so padding matters
+    pd.DataFrame({"prompt": ["alpha", "bravo", "charlie"]}).to_parquet(tmp_path / "b.parquet")
+    real, origin = bench_prompts(tmp_path, samples=5, seed=1)
+    assert len(real) == 5 and set(real) <= {"alpha", "bravo", "charlie"} and "1 benchmark files" in origin
+
+
+def test_bench_eval_reports_both_rates_on_a_tiny_model(tmp_path) -> None:
+    model, tokenizer = tiny_guard(seed=6)
+    save_guard(model, tokenizer, tmp_path / "guard")
+    options = {
+        "model_dir": str(tmp_path / "guard"),
+        "samples": 24,
+        "batch_size": 8,
+        "max_length": 16,
+        "threads": 1,
+        "benchmarks_dir": str(tmp_path / "no-benchmarks"),
+        "warmup_batches": 1,
+    }
+    report = measure_eval_throughput(**options)
+    assert report["ours_samples_per_second"] > 0 and report["pipeline_samples_per_second"] > 0
+    assert report["agreement"] == 1.0 and report["samples"] == 24
+    text = bench_eval(**options)
+    rates = re.findall(r"^\s+(ours|pipeline)\s+([\d.]+) samples/s$", text, flags=re.MULTILINE)
+    assert [name for name, _ in rates] == ["ours", "pipeline"] and all(float(v) > 0 for _, v in rates)
+    assert "ratio" in text

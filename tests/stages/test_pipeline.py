@@ -1,0 +1,175 @@
+"""The DAG itself: every dvc.yaml stage resolves, lists existing code and real param keys, and the stage set
+matches the registry (one fetch@ stage per benchmark)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from dvc.dependency.param import ParamsDependency
+from dvc.repo import Repo
+from helpers.paths import REPO_ROOT
+
+from guardpolicy.config import load_params
+from guardpolicy.data.registry import load_registry
+
+DVC = str(Path(sys.executable).with_name("dvc"))
+
+
+@pytest.fixture(scope="module")
+def stages():
+    repo = Repo(str(REPO_ROOT))
+    try:
+        yield {stage.name: stage for stage in repo.index.stages}
+    finally:
+        repo.close()
+
+
+def test_stage_list_has_one_fetch_per_registry_entry():
+    listed = subprocess.run(
+        [DVC, "stage", "list", "--name-only"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    registry = load_registry(REPO_ROOT / "data" / "benchmarks.yaml")
+    assert sorted(s for s in listed if s.startswith("fetch@")) == sorted(f"fetch@{n}" for n in registry)
+    assert len(registry) == 16
+    assert {"benchmarks_report", "validate_benchmarks"} <= set(listed)
+    policies = load_params(REPO_ROOT / "params.yaml").policies
+    assert sorted(s for s in listed if s.startswith("label@")) == sorted(f"label@{p}" for p in policies)
+    assert {"pool", "agreement", "validate_labels", "audit", "validate_splits"} <= set(listed)
+    assert sorted(s for s in listed if s.startswith("teacher@")) == ["teacher@policy_a", "teacher@policy_b"]
+    trained = sorted(s for s in listed if s.startswith("train@"))
+    main_seed = sorted(f"train@{scale}-E{i}" for scale in ("small", "large") for i in range(1, 11))
+    # 2 scales x 10 branches at the main seed, plus the noise floor's seed triple (E8, small scale).
+    assert sorted(s for s in trained if "-s4" not in s) == main_seed
+    assert len(trained) == 22
+    evaluated = sorted(s.removeprefix("evaluate@") for s in listed if s.startswith("evaluate@"))
+    assert evaluated == sorted(
+        [t.removeprefix("train@") for t in trained] + ["teacher-policy_a", "teacher-policy_b"]
+    )
+    assert sorted(s for s in listed if s.startswith("features@")) == [
+        "features@large-E2",
+        "features@small-E2",
+    ]
+    assert {"fingerprint", "analyse", "report", "timings"} <= set(listed)
+
+
+def test_head_only_models_are_scored_on_their_init_models_cached_features(stages):
+    for scale in ("small", "large"):
+        for branch in ("E1", "E7", "E10"):
+            deps = {str(Path(d.def_path)) for d in stages[f"evaluate@{scale}-{branch}"].deps}
+            assert f"data/features/{scale}-E2.npz" in deps and f"models/{scale}-{branch}" in deps
+        outs = {str(Path(o.def_path)) for o in stages[f"features@{scale}-E2"].outs}
+        assert f"data/features/{scale}-E2.npz" in outs
+
+
+def test_every_stage_leaves_a_timing_record_and_timings_runs_last(stages):
+    for name, stage in stages.items():
+        if name == "timings":
+            continue
+        outs = {str(Path(o.def_path)) for o in stage.outs}
+        assert f"reports/timings/{name}.json" in outs, f"{name} does not declare its timing record"
+    deps = {str(Path(d.def_path)) for d in stages["timings"].deps}
+    assert "reports/timings" in deps
+
+
+def test_a_branch_initialised_from_another_depends_on_its_stage(stages):
+    """E1 / E7 / E10 start from E2's checkpoint, so DVC must train E2 first (the init folder is a dep)."""
+    for scale in ("small", "large"):
+        for branch in ("E1", "E7", "E10"):
+            deps = {str(Path(d.def_path)) for d in stages[f"train@{scale}-{branch}"].deps}
+            assert f"models/{scale}-E2" in deps
+        deps = {str(Path(d.def_path)) for d in stages[f"train@{scale}-E8"].deps}
+        assert f"models/{scale}-pretrained" in deps
+
+
+def test_label_stages_depend_on_their_own_policy_file_only(stages):
+    """So that editing one policy's rules reruns only that policy's label stage (and what follows it)."""
+    policies = load_params(REPO_ROOT / "params.yaml").policies
+    for name, policy in policies.items():
+        deps = {str(Path(d.def_path)) for d in stages[f"label@{name}"].deps}
+        assert policy.file in deps
+        others = {p.file for other, p in policies.items() if other != name}
+        assert not deps & others
+
+
+def _lookup(data, dotted: str):
+    node = data
+    for part in dotted.split("."):
+        assert isinstance(node, dict) and part in node, f"param key {dotted!r} does not exist"
+        node = node[part]
+    return node
+
+
+def test_every_param_key_exists_and_every_code_dep_is_a_file(stages):
+    produced = {str(Path(out.def_path)) for stage in stages.values() for out in stage.outs}
+    for name, stage in stages.items():
+        for dep in stage.deps:
+            if isinstance(dep, ParamsDependency):
+                with open(REPO_ROOT / dep.def_path, encoding="utf-8") as handle:
+                    data = yaml.safe_load(handle)
+                for key in dep.params:
+                    _lookup(data, key)
+                continue
+            path = Path(dep.def_path)
+            is_produced = any(p == str(path) or p.startswith(f"{path}/") for p in produced)
+            assert is_produced or (REPO_ROOT / path).exists(), f"{name}: dependency {path} does not exist"
+
+
+def test_params_and_every_profile_validate():
+    params = load_params(REPO_ROOT / "params.yaml")
+    assert set(params.profiles) == {"default", "smoke", "paper"}
+    assert params.profile == "default"
+
+
+def test_stage_scripts_are_thin_and_import_only_what_they_list(stages):
+    """A pipelines/ entry is paths + params + one call; the package modules it imports are declared deps."""
+    for name, stage in stages.items():
+        script = stage.cmd.split()[1]
+        source = (REPO_ROOT / script).read_text(encoding="utf-8")
+        assert len(source.splitlines()) <= 80, f"{script} is not thin"
+        deps = {str(Path(d.def_path)) for d in stage.deps}
+        assert script in deps, f"{name} does not depend on its own script {script}"
+        for node in ast.walk(ast.parse(source)):
+            imported = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported = [node.module]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "stage_imports":
+                # Modules preloaded by name (the stage imports them lazily) are imports too.
+                imported = [arg.value for arg in node.args if isinstance(arg, ast.Constant)]
+            for module in imported:
+                if not module.startswith("guardpolicy."):
+                    continue
+                module_path = "src/" + module.replace(".", "/")
+                covered = any(
+                    dep == module_path + ".py" or module_path.startswith(dep + "/") or module_path == dep
+                    for dep in deps
+                )
+                assert covered, f"{name}: imports {module} but does not list it as a dependency"
+
+
+def test_stage_imports_pauses_the_collector_then_freezes_and_restores_it():
+    """Run in a fresh interpreter: freezing the test process's heap would keep its garbage forever."""
+    code = """
+import gc, sys
+from guardpolicy.runner import stage_imports
+during = []
+with stage_imports("json.tool"):
+    during.append(gc.isenabled())
+print(during[0], "json.tool" in sys.modules, gc.isenabled(), gc.get_freeze_count() > 0)
+gc.disable()
+with stage_imports():
+    pass
+print(gc.isenabled())
+gc.enable()
+try:
+    with stage_imports("guardpolicy.no_such_module"):
+        pass
+except ModuleNotFoundError:
+    print("missing", gc.isenabled())
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True", "True", "True", "False", "missing", "True"]

@@ -1,0 +1,299 @@
+"""Stage report on a synthetic run that follows docs/data-contracts.md: sections, numbers, figures, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers.synthetic_run import (
+    BENCHMARKS,
+    BRANCHES,
+    COPY_SMALL_E8,
+    MEAN_CI,
+    models_table,
+    scores_table,
+    summary_document,
+    write_synthetic_run,
+)
+
+from guardpolicy.errors import InputError
+from guardpolicy.reporting.report import natural_key
+from guardpolicy.stages.report import report
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[dict[str, str], str]:
+    root = tmp_path_factory.mktemp("run")
+    kwargs = write_synthetic_run(root)
+    return kwargs, report(**kwargs)
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _row(section: str, first_cell: str) -> str:
+    return next(line for line in section.splitlines() if line.startswith(f"| {first_cell} |"))
+
+
+def test_sections_in_order(run):
+    _, text = run
+    headings = [
+        "# Policy vs capability",
+        "## Reading",
+        "## Table 1",
+        "### Branches",
+        "## Scores per benchmark",
+        "## Label-supervision span",
+        "## Contamination",
+        "## Binary mapping effect",
+        "## Rank tests",
+        "## Spearman correlations",
+        "## XSTest",
+        "## Policy fingerprint",
+        "## Label agreement",
+        "## How to reproduce",
+    ]
+    positions = [text.index(h) for h in headings]
+    assert positions == sorted(positions)
+    assert Path(run[0]["out"]).read_text(encoding="utf-8") == text
+
+
+def test_header_counts(run):
+    _, text = run
+    header = text[: text.index("## Reading")]
+    assert f"**Models evaluated:** {len(models_table())}" in header
+    assert "**Benchmarks present:** 6" in header
+    assert "**Benchmarks missing:** 1 (`salad_base`)" in header
+    assert "B = 2,000" in header and "confidence 0.95" in header
+    assert "`default`" in header
+
+
+def test_reading_states_intervals_and_conclusions(run):
+    _, text = run
+    reading = _section(text, "## Reading")
+    assert "Δ = 0.990 [0.970, 1.000]" in reading
+    assert "Φ = 0.050 [0.010, 0.100]" in reading
+    assert "0.940 [0.880, 0.980]: its interval lies above 0" in reading
+    # The load contrast's difference straddles 0: no claim either way.
+    assert "0.060 [-0.080, 0.190]: its interval includes 0" in reading
+    assert "`harmbench_copyright` (top, p = 0.00476)" in reading
+    assert "policy-load ρ = 0.740 (p = 0.0012, 22 models)" in reading
+    assert "`salad_base`" in reading  # missing benchmark caveat
+    assert "`harmbench_standard` (n = 40)" in reading  # small-set caveat
+    assert "noise floor comes from the 1 recipe(s)" in reading and "`small-E8`" in reading
+
+
+def test_table1_numbers(run):
+    _, text = run
+    small = _section(text, "## Table 1")
+    small = small[small.index("### small scale") : small.index("### large scale")]
+    row = _row(small, "E8")
+    assert "0.812 [0.723, 0.880]" in row  # COPY with its interval
+    scores = scores_table()
+    clean = scores[
+        (scores["subset"] == "clean") & (scores["mapping"] == "default") & (scores["model"] == "small-E8")
+    ]
+    cap = clean[
+        clean["benchmark"].isin(["harmbench_copyright", "advbench", "harmbench_standard"])
+        & (clean["metric"] == "cap")
+    ]["value"].mean()
+    over_ref = clean[
+        clean["benchmark"].isin(["jbb_benign", "wildguard_benign"]) & (clean["metric"] == "over_ref")
+    ]["value"].mean()
+    val = clean[clean["metric"] == "acc_policy_b"].iloc[0]
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    # CAP and OVER-REF: the analysis' means with their intervals, in their own columns.
+    assert cells[1] == f"{cap:.3f} [{cap - MEAN_CI[0]:.3f}, {cap + MEAN_CI[1]:.3f}]"
+    assert cells[2] == f"{over_ref:.3f} [{over_ref - MEAN_CI[0]:.3f}, {over_ref + MEAN_CI[1]:.3f}]"
+    assert "no interval" not in small and "mean of" not in small
+    legend = _section(text, "## Table 1")
+    assert "3 harmful sets (`advbench`, `harmbench_copyright`, `harmbench_standard`)" in legend
+    assert (
+        "2 benign sets (`jbb_benign`, `wildguard_benign`)" in legend and "(`xstest`) are in neither" in legend
+    )
+    assert f"{val['value']:.3f} [{val['ci_low']:.3f}, {val['ci_high']:.3f}]" in row
+    # Branches in natural order, the seed copies of E8 kept out of Table 1, teachers only at their scale.
+    branches = [line.split("|")[1].strip() for line in small.splitlines() if line.startswith("| E")]
+    assert branches == list(BRANCHES)
+    large = _section(text, "## Table 1")[_section(text, "## Table 1").index("### large scale") :]
+    assert "| teacher-policy_a |" in large and "| teacher-policy_a |" not in small
+
+
+def test_per_benchmark_span_and_contamination(run):
+    _, text = run
+    per_benchmark = _section(text, "## Scores per benchmark")
+    assert "0.812 [0.723, 0.880]" in _row(per_benchmark, "harmbench_copyright")
+    span = _section(text, "## Label-supervision span")
+    assert "0.900 [0.860, 0.940]" in _row(span, "harmbench_copyright")  # Δ of the first benchmark
+    assert "0.050 [0.030, 0.070]" in _row(span, "harmbench_copyright")  # its Φ
+    wildguard = _row(span, "wildguard_benign")
+    assert wildguard.count("—") >= 2  # no seed triple: Φ and its median absent, not zero
+    loads = [
+        line.split("|")[2].strip()
+        for line in span.splitlines()
+        if line.startswith("| ") and "Δ_b" not in line
+    ]
+    loads = [load for load in loads if load in ("policy", "capability", "other")]
+    assert loads == sorted(loads, key=("policy", "capability", "other").index)
+    assert "![Δ_b beside Φ_b per benchmark](figures/span_vs_floor.png)" in span
+    assert "noise_floor.csv` is absent" in span
+    contamination = _section(text, "## Contamination")
+    row = _row(contamination, "harmbench_copyright")
+    assert "| 25 |" in row and "25.0%" in row and "| 74 |" in row
+    assert "salad_base (missing)" in contamination
+
+
+def test_mapping_rank_correlation_xstest_fingerprint_agreement(run):
+    _, text = run
+    mapping = _section(text, "## Binary mapping effect")
+    assert "jbb_benign: 0.100 → 0.421 (+0.321)" in mapping
+    assert "`small-E3` on `jbb_benign`, +0.321; mean change +0.087" in mapping
+    rank = _section(text, "## Rank tests")
+    assert "| policy_a_terminal | small | harmbench_copyright | 4 of 10 | top | 0.00476 |" in rank
+    correlations = _section(text, "## Spearman correlations")
+    assert "| all | policy_a | policy | 0.740 | 0.0012 | 22 |" in correlations
+    assert "| small | policy_a | capability | — | — | 12 |" in correlations
+    xstest = _section(text, "## XSTest")
+    assert "0.750 [0.690, 0.810] (150/200)" in xstest and "figurative_language" in xstest
+    fingerprint = _section(text, "## Policy fingerprint")
+    assert "0.900 [0.830, 0.950] (rules, 90/100)" in fingerprint
+    agreement = _section(text, "## Label agreement")
+    assert "83.6%" in agreement and "![label agreement heatmap](figures/agreement_heatmap.png)" in agreement
+    assert "make repro" in text and "dvc exp run -S" in text and "make diff" in text
+
+
+def test_plot_tables(run):
+    kwargs, _ = run
+    plots = Path(kwargs["plots_dir"])
+    branch_scores = pd.read_csv(plots / "branch_scores.csv")
+    assert list(branch_scores.columns) == ["model", "scale", "branch", "cap", "over_ref", "copy"]
+    assert len(branch_scores) == len(models_table())
+    assert branch_scores.set_index("model").loc["small-E8", "copy"] == COPY_SMALL_E8[0]
+    span = pd.read_csv(plots / "span.csv")
+    assert list(span.columns) == ["benchmark", "delta", "phi"]
+    assert sorted(span["benchmark"]) == sorted(BENCHMARKS)
+    assert span["phi"].isna().sum() == 1
+
+
+def test_figures_are_byte_identical_across_runs(run, tmp_path):
+    kwargs, _ = run
+    figures = Path(kwargs["figures_dir"])
+    first = {name: (figures / name).read_bytes() for name in ("span_vs_floor.png", "cap_vs_overref.png")}
+    assert all(data.startswith(b"\x89PNG") and len(data) > 5000 for data in first.values())
+    second_root = tmp_path / "again"
+    again = write_synthetic_run(second_root)
+    text = report(**again)
+    first_root = str(Path(kwargs["out"]).parents[1])
+    assert text.replace(str(second_root), first_root) == Path(kwargs["out"]).read_text(encoding="utf-8")
+    for name, data in first.items():
+        assert (Path(again["figures_dir"]) / name).read_bytes() == data
+    for name in ("branch_scores.csv", "span.csv"):
+        assert (Path(again["plots_dir"]) / name).read_bytes() == (
+            Path(kwargs["plots_dir"]) / name
+        ).read_bytes()
+
+
+def test_optional_inputs_absent(tmp_path):
+    kwargs = write_synthetic_run(tmp_path, fingerprint=False)
+    Path(kwargs["agreement_heatmap"]).unlink()
+    text = report(**kwargs)
+    assert f"The fingerprint table `{kwargs['fingerprint_file']}` is absent" in text
+    assert f"The heatmap `{kwargs['agreement_heatmap']}` is absent." in text
+    # The analysis writes a header-only noise floor when no recipe has several seeds.
+    floor = Path(kwargs["analysis_dir"]) / "noise_floor.csv"
+    floor.write_text("recipe,benchmark,subset,mapping,seeds,spread,ci_low,ci_high\n", encoding="utf-8")
+    text = report(**kwargs)
+    assert f"The seed noise floor table `{floor}` has no rows" in text
+    assert "no recipe at several seeds, so no seed noise floor backs the spans" in text
+
+
+def test_noise_floor_table_when_present(tmp_path):
+    kwargs = write_synthetic_run(tmp_path)
+    pd.DataFrame(
+        [
+            {
+                "recipe": "small-E8",
+                "benchmark": "xstest",
+                "subset": "clean",
+                "mapping": "default",
+                "seeds": "42;43;44",
+                "spread": 0.061,
+                "ci_low": 0.02,
+                "ci_high": 0.1,
+            }
+        ]
+    ).to_csv(Path(kwargs["analysis_dir"]) / "noise_floor.csv", index=False)
+    text = report(**kwargs)
+    assert "| small-E8 | xstest | 42;43;44 | 0.061 [0.020, 0.100] |" in text
+    assert "is absent" not in _section(text, "## Label-supervision span")
+
+
+@pytest.mark.parametrize(
+    ("relative", "writer"),
+    [
+        ("reports/analysis/span.csv", "analyse"),
+        ("reports/analysis/summary.json", "analyse"),
+        ("reports/contamination.json", "audit"),
+        ("data/models.yaml", "guardpolicy plan"),
+    ],
+)
+def test_missing_required_input_names_file_and_writer(tmp_path, relative, writer):
+    kwargs = write_synthetic_run(tmp_path)
+    (tmp_path / relative).unlink()
+    with pytest.raises(InputError) as caught:
+        report(**kwargs)
+    assert caught.value.file == str(tmp_path / relative)
+    assert writer in str(caught.value)
+
+
+def test_bad_table_cell_names_row_and_field(tmp_path):
+    kwargs = write_synthetic_run(tmp_path)
+    path = Path(kwargs["analysis_dir"]) / "rank_test.csv"
+    table = pd.read_csv(path)
+    table["p_value"] = table["p_value"].astype(str)
+    table.loc[3, "p_value"] = "low"
+    table.to_csv(path, index=False)
+    with pytest.raises(InputError) as caught:
+        report(**kwargs)
+    assert (caught.value.row, caught.value.field) == (4, "p_value")
+
+
+def test_missing_column_and_summary_key(tmp_path):
+    kwargs = write_synthetic_run(tmp_path)
+    path = Path(kwargs["analysis_dir"]) / "scores.csv"
+    pd.read_csv(path).drop(columns=["ci_high"]).to_csv(path, index=False)
+    with pytest.raises(InputError, match="ci_high"):
+        report(**kwargs)
+    scores_table().to_csv(path, index=False)
+    summary = summary_document()
+    del summary["load_contrast"]
+    (Path(kwargs["analysis_dir"]) / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        report(**kwargs)
+    assert caught.value.field == "load_contrast"
+
+
+def test_scores_without_headline_means_is_an_input_error(tmp_path):
+    kwargs = write_synthetic_run(tmp_path)
+    path = Path(kwargs["analysis_dir"]) / "scores.csv"
+    scores = pd.read_csv(path)
+    scores[scores["benchmark"] != "mean:harmful"].to_csv(path, index=False)
+    with pytest.raises(InputError, match=r"no `mean:harmful` cap row") as caught:
+        report(**kwargs)
+    assert caught.value.file.endswith("scores.csv") and caught.value.field == "benchmark"
+    # Per-benchmark rows stay per benchmark: the means are neither in the per-benchmark table nor the caveats.
+    kwargs = write_synthetic_run(tmp_path / "intact")
+    text = report(**kwargs)
+    assert "mean:" not in _section(text, "## Scores per benchmark") and "mean:" not in _section(
+        text, "## Reading"
+    )
+
+
+def test_natural_branch_order():
+    names = ["E10", "teacher-policy_b", "E2", "E1", "teacher-policy_a"]
+    assert sorted(names, key=natural_key) == ["E1", "E2", "E10", "teacher-policy_a", "teacher-policy_b"]
