@@ -39,12 +39,14 @@ from typing import Any
 
 import fire
 
+# config and taxonomy are light (yaml, dataclasses); the stage modules are imported per command below.
+from guardpolicy.config import PARAMS_FILE, load_params
 from guardpolicy.runner import guarded
+from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
 
 
-def show_params(params_file: str = "params.yaml") -> str:
+def show_params(params_file: str = PARAMS_FILE) -> str:
     """Print the validated params with the active profile resolved."""
-    from guardpolicy.config import load_params
 
     params = load_params(params_file)
     return json.dumps(
@@ -57,11 +59,13 @@ def show_params(params_file: str = "params.yaml") -> str:
     )
 
 
-def show_registry(registry_file: str = "data/benchmarks.yaml") -> str:
-    """List the validated benchmark registry: name, expected rows, label kind, sources."""
+def show_registry(registry_file: str | None = None) -> str:
+    """List the validated benchmark registry (default: the one the fetch stages read): name, expected rows,
+    label kind, sources."""
     from guardpolicy.data.registry import load_registry
+    from guardpolicy.stages.benchmarks import REGISTRY_FILE
 
-    registry = load_registry(registry_file)
+    registry = load_registry(registry_file or REGISTRY_FILE)
     lines = [
         f"{name:22s} {spec.expected_rows:>6d}  {spec.label.kind:10s}  "
         + " | ".join(s.name for s in spec.sources)
@@ -70,10 +74,8 @@ def show_registry(registry_file: str = "data/benchmarks.yaml") -> str:
     return "\n".join(lines)
 
 
-def show_taxonomy(taxonomy_file: str = "data/taxonomy.yaml") -> str:
+def show_taxonomy(taxonomy_file: str = TAXONOMY_FILE) -> str:
     """Print the validated label space: coarse classes, the 24 pillars and the fact vocabulary."""
-    from guardpolicy.taxonomy import load_taxonomy
-
     taxonomy = load_taxonomy(taxonomy_file)
     lines = ["coarse classes (unsafe: " + ", ".join(taxonomy.unsafe_classes) + ")"]
     lines += [f"  {name:14s} {text}" for name, text in taxonomy.coarse_definitions.items()]
