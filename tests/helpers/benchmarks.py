@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from guardpolicy.devtools.smoke import smoke_params
 from helpers.paths import MIRROR, REPO_ROOT
 
 # The study's subset sizes (the registry's expected_rows), and the four subsets the mirror lacks today.
@@ -84,14 +85,10 @@ def entry_for_fixture(
 def write_params(
     path: Path, mirror_dir: Path | str, allow_download: bool = False, profile: str = "smoke"
 ) -> Path:
-    """A params.yaml with the project's profiles and the given data settings."""
-    with open(REPO_ROOT / "params.yaml", encoding="utf-8") as handle:
-        params = yaml.safe_load(handle)
+    """A params.yaml with the project's profiles and the given data settings (guardpolicy.devtools.smoke's
+    params, as the end-to-end runs use them, on another profile or with downloads allowed)."""
+    params = smoke_params(REPO_ROOT, Path(mirror_dir))
     params["profile"] = profile
-    params["data"] = {
-        "mirror_dir": str(mirror_dir),
-        "allow_download": allow_download,
-        "download_timeout_s": 5,
-    }
+    params["data"]["allow_download"] = allow_download
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     return path
