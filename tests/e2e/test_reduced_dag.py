@@ -177,3 +177,32 @@ def test_one_params_change_reruns_exactly_the_stages_that_read_it(reduced_repo):
     assert card["teacher"]["alpha"] == card["recipe"]["distill_alpha"] == 0.25
     diff = run([GUARDPOLICY, "diff", "--rev", "HEAD", "--out", "reports/diff.md"], work, env)
     assert diff.returncode == 0 and "branches.E8.alpha" in (work / "reports" / "diff.md").read_text()
+
+
+def test_a_failed_validation_stops_everything_downstream(reduced_repo):
+    """Issue 18: validate_benchmarks sits between data/benchmarks and its consumers. Raising the minimum of
+    present benchmarks above what the mirror holds (orbench_hard is missing) makes it fail: `dvc repro` exits
+    non-zero having run only that stage, and `dvc status` shows its consumers stale.
+
+    Runs after the experiment above (it breaks the workspace on purpose)."""
+    work, env, _ = reduced_repo
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["data"]["min_present_benchmarks"] = len(REDUCED_BENCHMARKS)
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    result = run([DVC, "repro"], work, env, check=False)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert f"only {len(REDUCED_BENCHMARKS) - 1} of {len(REDUCED_BENCHMARKS)} registered benchmarks" in output
+    assert "orbench_hard" in output and "data.min_present_benchmarks" in output
+    assert ran_stages(result) == {"validate_benchmarks"}
+    status = json.loads(run([DVC, "status", "--json"], work, env).stdout)
+    gated = {
+        "benchmarks_report",
+        "audit",
+        "fingerprint",
+        "features@small-E2",
+        *(f"evaluate@{name}" for name in EVALUATED),
+    }
+    for stage in gated:
+        changed = {k: v for entry in status[stage] if isinstance(entry, dict) for k, v in entry.items()}
+        assert "reports/validation/benchmarks.json" in changed.get("changed deps", {}), stage

@@ -83,12 +83,19 @@ def entry_for_fixture(
 
 
 def write_params(
-    path: Path, mirror_dir: Path | str, allow_download: bool = False, profile: str = "smoke"
+    path: Path,
+    mirror_dir: Path | str,
+    allow_download: bool = False,
+    profile: str = "smoke",
+    min_present_benchmarks: int | None = None,
 ) -> Path:
     """A params.yaml with the project's profiles and the given data settings (guardpolicy.devtools.smoke's
-    params, as the end-to-end runs use them, on another profile or with downloads allowed)."""
+    params, as the end-to-end runs use them, on another profile or with downloads allowed; a toy registry
+    gives its own `min_present_benchmarks`)."""
     params = smoke_params(REPO_ROOT, Path(mirror_dir))
     params["profile"] = profile
     params["data"]["allow_download"] = allow_download
+    if min_present_benchmarks is not None:
+        params["data"]["min_present_benchmarks"] = min_present_benchmarks
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     return path

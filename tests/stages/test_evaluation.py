@@ -157,6 +157,8 @@ def test_predictions_table_has_the_contract_columns_types_and_mappings() -> None
         coarse_classes=COARSE_CLASSES,
         pillar_columns=PILLARS,
         policies=POLICIES,
+        n_tokens=np.array([3, 9, 8]),
+        max_length=8,
         span_start=np.array([-1, 2, 0]),
         span_end=np.array([-1, 5, 4]),
     )
@@ -164,7 +166,7 @@ def test_predictions_table_has_the_contract_columns_types_and_mappings() -> None
         "model", "dataset", "id", "clean", "expected_unsafe", "category", "pair_id", "gold_policy_a",
         "gold_policy_b", "p_GENERIC_SAFE", "p_BOUNDARY_SAFE", "p_HARMFUL", "p_COMPOUND", "pred_coarse",
         "unsafe_score", "unsafe_score_bu", "unsafe", "unsafe_bu", *PILLARS, "span_start", "span_end",
-        "span_computed",
+        "span_computed", "n_tokens", "truncated",
     ]  # fmt: skip
     assert table.column_names == expected_names
     types = dict(zip(table.column_names, table.schema.types, strict=True))
@@ -181,9 +183,10 @@ def test_predictions_table_has_the_contract_columns_types_and_mappings() -> None
     assert frame["span_start"].isna().tolist() == [True, False, False]
     assert frame.loc[1, "span_end"] == 5 and frame["span_computed"].all()
     assert frame["expected_unsafe"].isna().tolist() == [False, False, True]
+    assert types["n_tokens"] == pa.int64() and frame["truncated"].tolist() == [False, True, False]
     no_spans = predictions_table(
         "m", _items(3), logits, pillar_logits, coarse_classes=COARSE_CLASSES, pillar_columns=PILLARS,
-        policies=POLICIES,
+        policies=POLICIES, n_tokens=np.array([3, 9, 8]), max_length=8,
     )  # fmt: skip
     assert no_spans.column("span_start").null_count == 3 and not any(
         no_spans.column("span_computed").to_pylist()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from helpers.benchmarks import registry_with
+from helpers.benchmarks import registry_with, write_params
 from helpers.paths import REPO_ROOT
 
 from guardpolicy.data.normalise import CORE_COLUMNS
@@ -210,6 +210,8 @@ def _stage_inputs(root: Path) -> tuple[Path, Path]:
     broken.loc[2, "id"] = "safe_bench:2"
     _write_benchmark(in_dir, "safe_bench", broken)
     _write_benchmark(in_dir, "paired_bench", None, status="missing")
+    # Two of the three toy benchmarks are present: enough, so only the GX failure stops the stage.
+    write_params(root / "params.yaml", root / "mirror", min_present_benchmarks=2)
     return registry, in_dir
 
 
@@ -217,7 +219,9 @@ def test_stage_raises_and_still_writes_the_report(tmp_path: Path) -> None:
     registry, in_dir = _stage_inputs(tmp_path)
     out = tmp_path / "reports" / "validation.json"
     with pytest.raises(ValidationFailed) as info:
-        validate(registry_file=str(registry), in_dir=in_dir, out=out)
+        validate(
+            registry_file=str(registry), in_dir=in_dir, out=out, params_file=str(tmp_path / "params.yaml")
+        )
 
     message = str(info.value)
     assert "1 critical expectation(s) failed" in message
@@ -246,8 +250,9 @@ def test_stage_passes_on_good_tables(tmp_path: Path) -> None:
         _write_benchmark(in_dir, name, good_frame(name))
     _write_benchmark(in_dir, "paired_bench", None, status="missing")
     out = tmp_path / "validation.json"
+    params = write_params(tmp_path / "params.yaml", tmp_path / "mirror", min_present_benchmarks=2)
 
-    summary = validate(registry_file=str(registry), in_dir=in_dir, out=out)
+    summary = validate(registry_file=str(registry), in_dir=in_dir, out=out, params_file=str(params))
 
     assert summary == {"validated": 2, "passed": 2, "failed": 0, "skipped_missing": 1}
     report = json.loads(out.read_text(encoding="utf-8"))

@@ -497,9 +497,22 @@ def test_project_registry_parses() -> None:
 # ------------------------------------------------------------------------------------------ missing files
 
 
-def test_missing_mirror_file_is_recorded_and_the_rest_is_built(tmp_path: Path) -> None:
+def test_a_missing_mirror_file_stops_the_pool_naming_source_file_and_remedies(tmp_path: Path) -> None:
     sources = fixture_sources()
     sources["rtp"]["files"][0]["mirror"] = "not_there.txt"
+    with pytest.raises(InputError) as caught:
+        _build(tmp_path, _params(tmp_path, sources, pool_size=100), "refused")
+    message = str(caught.value)
+    assert "sources.rtp" in message and "not_there.txt" in message and "not in the mirror" in message
+    assert "data.mirror_dir" in message and "data.allow_download: true" in message
+    assert "allow_missing: true" in message
+    assert not list(tmp_path.glob("refused*")), "nothing may be written when the pool stops"
+
+
+def test_allow_missing_records_the_source_and_builds_from_the_rest(tmp_path: Path) -> None:
+    sources = fixture_sources()
+    sources["rtp"]["files"][0]["mirror"] = "not_there.txt"
+    sources["rtp"]["allow_missing"] = True
     _, _, payload = _build(tmp_path, _params(tmp_path, sources, pool_size=100), "pool")
     rtp = payload["per_source"]["rtp"]
     assert rtp["status"] == "missing" and rtp["kept"] == 0
@@ -510,6 +523,8 @@ def test_missing_mirror_file_is_recorded_and_the_rest_is_built(tmp_path: Path) -
     empty_mirror = tmp_path / "empty"
     empty_mirror.mkdir()
     only_public = {k: v for k, v in fixture_sources().items() if k != "compound"}
+    for entry in only_public.values():
+        entry["allow_missing"] = True
     with pytest.raises(InputError, match="no pool source gave any prompt"):
         _build(tmp_path, _params(tmp_path, only_public, 10, mirror=empty_mirror), "none")
 

@@ -181,7 +181,8 @@ def build_matrices(
     coarse classes that count as unsafe) marks each split's items every policy calls safe. A model's
     decision may be null only where its `parse_status` is `failed` (a guard answer excluded from its rates).
     All models must cover the same
-    (dataset, id) items with the same gold and `clean` flags, else InputError naming the differing file.
+    (dataset, id) items with the same gold and `clean` flags, else InputError naming the differing file and
+    what differs (datasets, items, or the column and items); a pair may not hold two safe or two unsafe items.
     Returns the model order (sorted) and the matrices (sorted by dataset name).
     """
     models = tuple(sorted(predictions))
@@ -235,19 +236,7 @@ def build_matrices(
         golds = [
             f"{GOLD_PREFIX}{policy}" for policy in policies if f"{GOLD_PREFIX}{policy}" in reference.columns
         ]
-        for column in ("dataset", "id", "clean", "expected_unsafe", *golds):
-            same = (
-                frame[column].reset_index(drop=True).equals(reference[column])
-                if len(frame) == len(reference)
-                else False
-            )
-            if not same:
-                raise InputError(
-                    file,
-                    f"its items differ from {ref_file} in column {column!r} (models must be evaluated on "
-                    "the same benchmark, split and label versions: rerun the evaluate@ stages)",
-                    field=column,
-                )
+        _check_same_items(frame, file, reference, ref_file, ("clean", "expected_unsafe", *golds))
 
     dataset_of = reference["dataset"].astype(str).to_numpy()
     names = sorted(set(dataset_of))
@@ -301,6 +290,7 @@ def build_matrices(
                     ref_file, f"benchmark {name!r} item has no gold label", row=row, field="expected_unsafe"
                 )
             expected_unsafe = expected.to_numpy(dtype=bool)
+            _check_pairs(reference.loc[rows], expected_unsafe, ref_file)
         matrices.append(
             DatasetMatrix(
                 name=name,
@@ -323,6 +313,120 @@ def build_matrices(
         )
     log.info("scores: %d models x %d datasets (%d items each)", len(models), len(matrices), len(reference))
     return models, matrices
+
+
+_RERUN = (
+    "models must be evaluated on the same benchmark, split and label versions: rerun the evaluate@ stages"
+)
+# How many differing keys a message lists before it only counts the rest.
+_SHOWN = 5
+
+
+def _few(keys: Sequence[str]) -> str:
+    """The first few keys (sorted) and, when there are more, how many in all."""
+    shown = sorted(keys)[:_SHOWN]
+    more = f" and {len(keys) - len(shown)} more" if len(keys) > len(shown) else ""
+    return f"{shown}{more}"
+
+
+def _item_labels(frame: pd.DataFrame) -> pd.Series:
+    return frame["dataset"].astype(str) + "/" + frame["id"].astype(str)
+
+
+def _value_text(value: object) -> str:
+    """A cell as a reader wants it in a message: null, or the plain Python value (not numpy's repr)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return "null"
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def _check_same_items(
+    frame: pd.DataFrame, file: str, reference: pd.DataFrame, ref_file: str, columns: Sequence[str]
+) -> None:
+    """Both frames (sorted by dataset, id) must hold the same items with the same values in `columns`.
+
+    The message names what differs, coarsest first: the datasets one file has and the other lacks, then the
+    items (`<dataset>/<id>`), then for the same items the column and the items whose values differ.
+    """
+    datasets, ref_datasets = set(frame["dataset"].astype(str)), set(reference["dataset"].astype(str))
+    if datasets != ref_datasets:
+        parts = []
+        if ref_datasets - datasets:
+            parts.append(f"missing dataset(s) {_few(list(ref_datasets - datasets))} that {ref_file} has")
+        if datasets - ref_datasets:
+            parts.append(f"extra dataset(s) {_few(list(datasets - ref_datasets))} that {ref_file} lacks")
+        raise InputError(
+            file, f"its items differ from {ref_file}: {'; '.join(parts)} ({_RERUN})", field="dataset"
+        )
+    items, ref_items = _item_labels(frame), _item_labels(reference)
+    if len(items) != len(ref_items) or not items.reset_index(drop=True).equals(ref_items):
+        here, there = set(items), set(ref_items)
+        parts = []
+        if there - here:
+            parts.append(f"{len(there - here)} item(s) of {ref_file} are missing: {_few(list(there - here))}")
+        if here - there:
+            parts.append(f"{len(here - there)} item(s) are not in {ref_file}: {_few(list(here - there))}")
+        for name, labels in ((file, items), (ref_file, ref_items)):
+            repeated = labels[labels.duplicated()]
+            if len(repeated):
+                parts.append(f"{name} repeats {len(repeated)} item(s): {_few(list(repeated))}")
+        raise InputError(file, f"its items differ from {ref_file}: {'; '.join(parts)} ({_RERUN})", field="id")
+    for column in columns:
+        if column not in frame.columns:
+            raise InputError(
+                file,
+                f"its items differ from {ref_file}: it has no column {column!r} ({_RERUN})",
+                field=column,
+            )
+        values, ref_values = frame[column].reset_index(drop=True), reference[column].reset_index(drop=True)
+        if values.equals(ref_values):
+            continue
+        differs = ~((values == ref_values).fillna(False) | (values.isna() & ref_values.isna()))
+        where = np.flatnonzero(differs.to_numpy(dtype=bool))
+        if not len(where):  # equal item by item: what differs is how the column is stored
+            raise InputError(
+                file,
+                f"its items differ from {ref_file} in column {column!r}: the values agree but are stored as "
+                f"{values.dtype} here, {ref_values.dtype} there ({_RERUN})",
+                field=column,
+            )
+        shown = ", ".join(
+            f"{ref_items.iloc[i]} ({_value_text(values.iloc[i])} here, "
+            f"{_value_text(ref_values.iloc[i])} there)"
+            for i in where[:_SHOWN]
+        )
+        more = f" and {len(where) - _SHOWN} more" if len(where) > _SHOWN else ""
+        raise InputError(
+            file,
+            f"its items differ from {ref_file} in column {column!r}: {len(where)} item(s), "
+            f"e.g. {shown}{more} ({_RERUN})",
+            row=int(where[0]) + 1,
+            field=column,
+        )
+
+
+def _check_pairs(items: pd.DataFrame, expected_unsafe: np.ndarray, file: str) -> None:
+    """Refuse a pair with two safe or two unsafe items: the XSTest pair analysis (`xstest.contrast_pairs`)
+    would silently leave it out. A pair short of a member is refused where items are built
+    (`evaluation.items`); in the clean subset it is normal and the analysis skips it."""
+    pairs = items["pair_id"].to_numpy(dtype=object)
+    seen: dict[tuple[str, bool], int] = {}
+    for i, pair in enumerate(pairs):
+        if pair is None or pd.isna(pair):
+            continue
+        key = (str(pair), bool(expected_unsafe[i]))
+        if key in seen:
+            first = seen[key]
+            kind = "unsafe" if key[1] else "safe"
+            raise InputError(
+                file,
+                f"pair {key[0]!r} has two {kind} items, {items['dataset'].iloc[i]}/{items['id'].iloc[first]} "
+                f"(row {items.index[first] + 1}) and {items['dataset'].iloc[i]}/{items['id'].iloc[i]} "
+                f"(row {items.index[i] + 1}); a pair is one safe and one unsafe item",
+                row=int(items.index[i]) + 1,
+                field="pair_id",
+            )
+        seen[key] = i
 
 
 def _float_column(values: pd.Series) -> np.ndarray:

@@ -20,6 +20,9 @@ log-probabilities; the parser still reads the text.
   what the client controls (messages for a probe prompt and the kwargs); the server-side template is pinned
   by the model id + revision in the cache key. A reply that is not JSON or lacks the answer becomes an
   empty Generation with finish_reason "malformed", so the parser counts it as a failed parse.
+* Both local backends load weights as safetensors only and never run a model's own code, unless the guard's
+  registry entry says `allow_pickle: true` / `trust_remote_code: true` (`LoadPolicy`); a pickle-only folder
+  is refused before anything is read, with the entry to change.
 * `SequenceClassifierBackend`: an encoder classifier from the hub (a BERT-style prompt guard) behind the same
   interface: one forward pass per batch over the user message's text (no chat template), `text` = the
   arg-max label name and `decision_logprobs` = every label's log-softmax score; a label the adapter's label
@@ -36,6 +39,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -51,9 +55,16 @@ from transformers import (
     PreTrainedModel,
 )
 
-from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter
+from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter, PromptTokens
 from guardpolicy.errors import ConfigError, GuardpolicyError
 from guardpolicy.labeling.committee import RETRY_STATUSES, ChatClient
+from guardpolicy.modeling.weights import (
+    check_weights,
+    code_kwargs,
+    hub_refusal,
+    load_kwargs,
+    remote_code_refusal,
+)
 from guardpolicy.training.device import choose_device
 
 log = logging.getLogger(__name__)
@@ -140,6 +151,18 @@ def _all_answered(results: list[Generation | None]) -> list[Generation]:
 # ------------------------------------------------------------------------------------ local transformers
 
 
+@dataclass(frozen=True)
+class LoadPolicy:
+    """What a local backend may load, from the guard's registry entry (`entry` in `entry_file`, which a
+    refusal names): pickle weights only with `allow_pickle`, the model's own code only with
+    `trust_remote_code` (guardpolicy.modeling.weights)."""
+
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
+    entry: str = "guards.<name>"
+    entry_file: str = "data/baselines.yaml"
+
+
 class _LocalModel:
     """What both local backends share: a folder or a pinned hub revision, device and dtype, loading."""
 
@@ -151,6 +174,7 @@ class _LocalModel:
         dtype: Dtype,
         batch_size: int,
         local_files_only: bool,
+        policy: LoadPolicy,
     ) -> None:
         if dtype not in ("auto", "bf16", "fp32"):
             raise ConfigError(f"backend dtype must be auto, bf16 or fp32, got {dtype!r}")
@@ -169,6 +193,16 @@ class _LocalModel:
         self.local_files_only = local_files_only
         self.device_choice = choose_device(dtype, device)
         self.torch_dtype = torch.bfloat16 if self.device_choice.precision == "bf16" else torch.float32
+        self.policy = policy
+        # Refused before anything is read, so a pickle-only guard fails at once rather than after the
+        # tokenizer, the cache lookup or half a run.
+        check_weights(
+            self.location or self.model_id,
+            None if self.location is not None else revision,
+            allow_pickle=policy.allow_pickle,
+            entry=policy.entry,
+            entry_file=policy.entry_file,
+        )
 
     def _where(self) -> str:
         return repr(self.model_id) + (f" at revision {self.revision}" if self.revision else "")
@@ -200,6 +234,15 @@ class _LocalModel:
         return _all_answered(results)
 
     def _load(self, auto_class: Any, what: str, **kwargs: Any) -> Any:
+        """`auto_class.from_pretrained` of this model; weights (`what` == "model") as safetensors only
+        unless the entry allows pickle, remote code only as the entry says."""
+        policy = self.policy
+        if what == "model":
+            kwargs |= load_kwargs(
+                allow_pickle=policy.allow_pickle, trust_remote_code=policy.trust_remote_code
+            )
+        else:
+            kwargs |= code_kwargs(policy.trust_remote_code)
         try:
             return auto_class.from_pretrained(
                 self.model_id,
@@ -208,6 +251,15 @@ class _LocalModel:
                 **kwargs,
             )
         except (OSError, ValueError) as exc:
+            refusal = (
+                hub_refusal(exc, self.model_id, policy.allow_pickle, policy.entry, policy.entry_file)
+                if isinstance(exc, OSError)
+                else remote_code_refusal(
+                    exc, self.model_id, policy.trust_remote_code, policy.entry, policy.entry_file
+                )
+            )
+            if refusal is not None:
+                raise refusal from exc
             hint = " (local_files_only: download it first or pass local_files_only=False)"
             hint = hint if self.local_files_only else ""
             raise BackendError(f"model {self._where()}: cannot load the {what}{hint}: {exc}") from exc
@@ -231,8 +283,9 @@ class TransformersBackend(_LocalModel):
         dtype: Dtype = "auto",
         batch_size: int = 8,
         local_files_only: bool = True,
+        policy: LoadPolicy | None = None,
     ) -> None:
-        super().__init__(model, revision, device, dtype, batch_size, local_files_only)
+        super().__init__(model, revision, device, dtype, batch_size, local_files_only, policy or LoadPolicy())
         self.tokenizer = self._load(AutoTokenizer, "tokenizer")
         if not getattr(self.tokenizer, "chat_template", None):
             raise BackendError(f"model {self._where()}: the tokenizer has no chat template")
@@ -275,6 +328,12 @@ class TransformersBackend(_LocalModel):
 
     def template_fingerprint(self, adapter: GuardAdapter) -> str:
         return hashlib.sha256(self.render(adapter, PROBE_PROMPT).encode("utf-8")).hexdigest()
+
+    def prompt_tokens(self, adapter: GuardAdapter, prompts: list[str]) -> PromptTokens:
+        """The rendered prompts' token counts; a generative guard reads the whole prompt (never cut)."""
+        texts = [self.render(adapter, prompt) for prompt in prompts]
+        ids = self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+        return PromptTokens(n_tokens=[len(row) for row in ids])
 
     def candidate_token_ids(self, candidates: Sequence[str]) -> dict[str, list[int]]:
         """Each candidate word's first token id, bare and space-prefixed (skipping a lone-space token)."""
@@ -494,6 +553,10 @@ class OpenAIServerBackend:
         text = json.dumps(material, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+    def prompt_tokens(self, adapter: GuardAdapter, prompts: list[str]) -> PromptTokens:
+        """Not tokenised here (the server renders and tokenises); the whole prompt is sent, never cut."""
+        return PromptTokens(n_tokens=None)
+
     def _complete(self, adapter: GuardAdapter, body: dict[str, Any]) -> Generation:
         return generation_from_reply(self.client.post_json(body), adapter, adapter.decision_tokens())
 
@@ -575,12 +638,13 @@ class SequenceClassifierBackend(_LocalModel):
         batch_size: int = 32,
         max_length: int = DEFAULT_CLASSIFIER_MAX_LENGTH,
         local_files_only: bool = True,
+        policy: LoadPolicy | None = None,
     ) -> None:
         if max_length < 2:
             raise ConfigError(
                 f"backend max_length must be at least 2 (room for the special tokens), got {max_length}"
             )
-        super().__init__(model, revision, device, dtype, batch_size, local_files_only)
+        super().__init__(model, revision, device, dtype, batch_size, local_files_only, policy or LoadPolicy())
         self.config = self._load(AutoConfig, "config")
         self.labels = self._label_names()
         self.tokenizer = self._load(AutoTokenizer, "tokenizer")
@@ -667,23 +731,24 @@ class SequenceClassifierBackend(_LocalModel):
         text = json.dumps(material, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+    def _token_counts(self, texts: list[str]) -> list[int]:
+        """Tokens of each text with the special tokens, before truncation (verbose=False: the over-length
+        warning would only repeat the stage's truncation log)."""
+        return [len(ids) for ids in self.tokenizer(texts, verbose=False)["input_ids"]] if texts else []
+
+    def prompt_tokens(self, adapter: GuardAdapter, prompts: list[str]) -> PromptTokens:
+        """Each prompt's tokens before truncation, cut at `max_length` on the tokenizer's truncation side."""
+        texts = [classifier_text(adapter, prompt) for prompt in prompts]
+        kept = "tail" if self.tokenizer.truncation_side == "left" else "head"
+        return PromptTokens(n_tokens=self._token_counts(texts), max_length=self.max_length, kept=kept)
+
     def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
         self.check_labels(adapter)
         if not prompts:
             return []
         started = time.perf_counter()
         texts = [classifier_text(adapter, prompt) for prompt in prompts]
-        lengths = [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
-        truncated = sum(length > self.max_length for length in lengths)
-        if truncated:
-            log.info(
-                "%s: %d of %d prompts are longer than %d tokens and are truncated (%s side)",
-                self.model_id,
-                truncated,
-                len(prompts),
-                self.max_length,
-                self.tokenizer.truncation_side,
-            )
+        lengths = self._token_counts(texts)
         return self._in_length_batches(adapter, texts, lengths, self._classify_batch, started)
 
     @torch.inference_mode()

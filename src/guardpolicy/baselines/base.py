@@ -55,6 +55,28 @@ class Decoding:
     top_logprobs: int = 5
 
 
+@dataclass(frozen=True)
+class PromptTokens:
+    """What a backend's input limit does to each prompt (for the predictions' `n_tokens` / `truncated`).
+
+    n_tokens: per prompt, the tokens the model is given before any truncation (a local generative guard:
+    the rendered chat template; a classifier: the user text with its special tokens); None when the
+    backend does not tokenise here (a server renders and tokenises on its side). max_length: where the
+    backend cuts a prompt (a classifier), None when it never does (generative guards read the whole
+    prompt). kept: "head" or "tail", the end a cut prompt keeps.
+    """
+
+    n_tokens: list[int] | None
+    max_length: int | None = None
+    kept: str | None = None
+
+    def truncated(self, count: int) -> list[bool]:
+        """Whether each of the `count` prompts was cut; all False for a backend that never cuts."""
+        if self.max_length is None or self.n_tokens is None:
+            return [False] * count
+        return [n > self.max_length for n in self.n_tokens]
+
+
 class GuardAdapter(Protocol):
     """One guard family's prompt and output format."""
 
@@ -91,3 +113,6 @@ class Backend(Protocol):
 
     def template_fingerprint(self, adapter: GuardAdapter) -> str:
         """A hash of the rendered prompt template (part of the cache key)."""
+
+    def prompt_tokens(self, adapter: GuardAdapter, prompts: list[str]) -> PromptTokens:
+        """Each prompt's token count and the backend's truncation, without running the model."""

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from guardpolicy.baselines.base import Backend, Decoding, Generation, GuardAdapter
+from guardpolicy.baselines.base import Backend, Decoding, Generation, GuardAdapter, PromptTokens
 from guardpolicy.errors import GuardpolicyError
 
 log = logging.getLogger(__name__)
@@ -181,6 +181,10 @@ class CachedBackend:
 
     def template_fingerprint(self, adapter: GuardAdapter) -> str:
         return self.backend.template_fingerprint(adapter)
+
+    def prompt_tokens(self, adapter: GuardAdapter, prompts: list[str]) -> PromptTokens:
+        # Tokenising needs no model, so a run answered entirely from the cache still reports truncation.
+        return self.backend.prompt_tokens(adapter, prompts)
 
     def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
         fingerprint = self.backend.template_fingerprint(adapter)

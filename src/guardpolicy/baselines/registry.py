@@ -1,7 +1,8 @@
 """The open-guard registry (`data/baselines.yaml`): typed, validated declarations of every baseline guard.
 
 Each entry names the hub model and its pinned revision, the adapter family that reads its answers (with the
-family's options), the default binary mapping and the bf16 GPU memory it needs. Parsed with
+family's options), the default binary mapping and the bf16 GPU memory it needs, and whether its weights may
+be pickle (`allow_pickle`) and its own code may run (`trust_remote_code`); both default to false. Parsed with
 `guardpolicy.config.from_mapping` (unknown keys and wrong types raise ConfigError with the key path), then
 cross-checked here (a revision is 40 hex digits; options belong to the entry's family), so a typo fails
 before any model is loaded. `build_adapter` turns an entry into its `GuardAdapter`.
@@ -67,6 +68,11 @@ class GuardSpec:
     license: str = ""
     source: str = ""  # where the formats and the revision were read (model card, snapshot path)
     options: AdapterOptions = field(default_factory=AdapterOptions)
+    # Load pickle weights (pytorch_model.bin) when the model has no safetensors: unpickling can run code,
+    # so a pickle-only model is refused unless its entry opts in (guardpolicy.modeling.weights).
+    allow_pickle: bool = False
+    # Let transformers run Python shipped with the model (a hub repository's own modelling code).
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         if self.revision is not None and not _REVISION.fullmatch(self.revision):

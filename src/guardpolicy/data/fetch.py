@@ -3,7 +3,8 @@
 Sources are tried in registry order (the original first, derived copies after it); for each file the local
 mirror is preferred and the pinned URL is the fallback. The first source whose files can all be had wins.
 If none can, the benchmark is written as an empty table with the full schema and marked ``missing`` with the
-reasons, so the rest of the pipeline runs on what is present. Bad bytes or bad rows are hard errors.
+reasons, so the rest of the pipeline runs on what is present. Bad bytes or bad rows are hard errors, and so
+is a source whose row count or label balance differs from the registry's (checked before anything is written).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from guardpolicy.data.acquire import LocalFile, Unavailable, download, from_mirr
 from guardpolicy.data.normalise import assign_ids, empty_table, normalise_file, to_table
 from guardpolicy.data.readers import read_records
 from guardpolicy.data.registry import BenchmarkSpec, FileSpec, SourceSpec
+from guardpolicy.errors import InputError
 from guardpolicy.io import write_json, write_parquet
 
 log = logging.getLogger(__name__)
@@ -53,14 +55,63 @@ def _acquire_file(
             raise Unavailable(f"{file.display_name}: {mirror_reason}; {download_reason}") from None
 
 
-def _build(spec: BenchmarkSpec, files: list[tuple[FileSpec, LocalFile]]) -> pa.Table:
+def _build(spec: BenchmarkSpec, source: SourceSpec, files: list[tuple[FileSpec, LocalFile]]) -> pa.Table:
     rows: list[dict[str, Any]] = []
+    displays = []
     for file, local in files:
         display = local.origin.removeprefix("mirror:")
+        displays.append(display)
         columns, records = read_records(local.path, file.format, display)
         rows.extend(normalise_file(spec, file, columns, records, display))
     assign_ids(spec, rows)
-    return to_table(spec, rows)
+    table = to_table(spec, rows)
+    # Last, so a row-level fault (a duplicate id, a broken pair) is reported where it is, not as a count.
+    check_counts(spec, source, displays, rows)
+    return table
+
+
+def check_counts(
+    spec: BenchmarkSpec, source: SourceSpec, displays: list[str], rows: list[dict[str, Any]]
+) -> None:
+    """The registry's row count and label balance must hold before anything is written.
+
+    A file cut at a row boundary still parses, and without a pinned sha256 (WildGuardMix, SALAD base) or
+    after a re-pin nothing else notices; the counts are the last check that the bytes are the whole file.
+    """
+    per_file = {display: [0, 0] for display in displays}  # display -> [rows, unsafe rows]
+    for row in rows:
+        per_file[row["source_file"]][0] += 1
+        per_file[row["source_file"]][1] += bool(row["expected_unsafe"])
+    found = len(rows)
+    unsafe = sum(counts[1] for counts in per_file.values())
+    where = ", ".join(displays)
+    breakdown = "; ".join(f"{display}: {n} row(s), {u} unsafe" for display, (n, u) in per_file.items())
+    # The registry is the one place to accept other counts (a re-pin of changed upstream data), never a flag.
+    fix = (
+        "nothing was written. If the upstream data really changed, update expected_rows / "
+        f"label.expected_unsafe_rows of {spec.name!r} in the registry"
+    )
+    if found != spec.expected_rows:
+        raise InputError(
+            where,
+            f"benchmark {spec.name!r} (source {source.name!r}): found {found} row(s), the registry expects "
+            f"{spec.expected_rows} ({breakdown}); the file may be truncated or a different version; {fix}",
+        )
+    expected_unsafe = spec.expected_unsafe_rows()
+    if expected_unsafe is not None and unsafe != expected_unsafe:
+        raise InputError(
+            where,
+            f"benchmark {spec.name!r} (source {source.name!r}): found {unsafe} unsafe of {found} row(s), the "
+            f"registry expects {expected_unsafe} unsafe of {spec.expected_rows} ({breakdown}); the file may "
+            f"be relabelled or a different version; {fix}",
+            field=_label_field(source),
+        )
+
+
+def _label_field(source: SourceSpec) -> str | None:
+    """The source column the labels come from, when every file of the source reads the same one."""
+    names = {file.columns.label for file in source.files}
+    return names.pop() if len(names) == 1 else None
 
 
 def fetch_benchmark(
@@ -85,7 +136,7 @@ def fetch_benchmark(
                 log.info("%s: source %r unavailable: %s", spec.name, source.name, reason)
                 attempts.append({"source": source.name, "reason": str(reason)})
                 continue
-            table = _build(spec, files)
+            table = _build(spec, source, files)
             status = STATUS_OK if source.provenance == "original" else STATUS_DERIVED
             log.info("%s: %d rows from source %r (%s)", spec.name, table.num_rows, source.name, status)
             return FetchResult(table, _meta(spec, status, table, source, files, attempts))

@@ -185,32 +185,52 @@ def normalise_file(
     return rows
 
 
+def stored_native_id(raw: str) -> str:
+    """The form a source's own id is stored (and compared) in: trimmed, and a number without leading zeros.
+
+    Why: XSTest pairs prompts by the *number* of their id, and a JSON source may give the same id as 2, 2.0
+    or "2"; if "02" were stored as written it would be a different id that still pairs as 2 and silently
+    takes another prompt's twin. One canonical form makes such ids collide where they are checked.
+    """
+    text = raw.strip()
+    if text.isascii() and text.isdigit():
+        return str(int(text))
+    return text
+
+
+def _raw_id(row: dict[str, Any]) -> str:
+    return repr(row["native_id"]) if row["native_id"] is not None else "(none: hash of the prompt)"
+
+
 def assign_ids(spec: BenchmarkSpec, rows: list[dict[str, Any]]) -> None:
     """Give every row a stable, unique id: the source's own id where it has one, else a hash of the prompt.
 
     A hashed id survives re-ordering of the source file; repeated prompts get ``~2``, ``~3`` suffixes in file
-    order. Duplicate *native* ids are an input error (the source contradicts itself).
+    order. Two rows whose ids are the same *in the stored form* (see `stored_native_id`) are an input error
+    naming both rows (the source contradicts itself).
     """
-    seen: dict[str, tuple[str, int]] = {}
+    seen: dict[str, dict[str, Any]] = {}
     counts: dict[str, int] = {}
     for row in rows:
         prefix = f"{spec.name}:" + (f"{row['subset']}:" if row["subset"] else "")
         if row["native_id"] is not None:
-            candidate = prefix + row["native_id"]
-            if candidate in seen:
-                first_file, first_row = seen[candidate]
-                raise InputError(
-                    row["source_file"],
-                    f"duplicate id {row['native_id']!r} (first seen in {first_file} row {first_row})",
-                    row=row["source_row"],
-                    field="id",
-                )
+            candidate = prefix + stored_native_id(row["native_id"])
         else:
             base = prefix + hashlib.sha1(row["prompt"].encode("utf-8")).hexdigest()[:16]
             counts[base] = counts.get(base, 0) + 1
             candidate = base if counts[base] == 1 else f"{base}~{counts[base]}"
-        seen[candidate] = (row["source_file"], row["source_row"])
+        if candidate in seen:
+            first = seen[candidate]
+            raise InputError(
+                row["source_file"],
+                f"duplicate id {_raw_id(row)} is stored as {candidate!r}, the same as id {_raw_id(first)} of "
+                f"{first['source_file']} row {first['source_row']}; ids must be unique in their stored form",
+                row=row["source_row"],
+                field="id",
+            )
+        seen[candidate] = row
         row["id"] = candidate
+    for row in rows:
         del row["native_id"]
 
 
@@ -228,6 +248,7 @@ def xstest_pairs(spec: BenchmarkSpec, frame: pd.DataFrame) -> pd.DataFrame:
     if not native.str.fullmatch(r"\d+").all():
         raise InputError(spec.name, "xstest_pairs needs numeric ids", field="id")
     number = native.astype(int)
+    # One row per number: ids are stored without leading zeros and unique in that form (assign_ids).
     by_number = dict(zip(number, frame.index, strict=True))
     pair = pd.Series([None] * len(frame), index=frame.index, dtype=object)
     for index, n in zip(frame.index, number, strict=True):

@@ -44,10 +44,46 @@ def _check_ids(frame: pd.DataFrame, file: str | Path) -> None:
     missing = ids.isna().to_numpy()
     if missing.any():
         raise InputError(file, "empty id", row=int(np.flatnonzero(missing)[0]) + 1, field="id")
-    duplicated = ids.duplicated().to_numpy()
+    # Compared as stored (text): 2 and "2" are one item once written, so they must not pass as two here.
+    stored = ids.astype("str").reset_index(drop=True)
+    duplicated = stored.duplicated().to_numpy()
     if duplicated.any():
         row = int(np.flatnonzero(duplicated)[0])
-        raise InputError(file, f"duplicate id {ids.iloc[row]!r}", row=row + 1, field="id")
+        first = int(np.flatnonzero((stored == stored.iloc[row]).to_numpy())[0])
+        raise InputError(
+            file,
+            f"duplicate id: {ids.iloc[row]!r} is stored as {stored.iloc[row]!r}, the same as id "
+            f"{ids.iloc[first]!r} in row {first + 1}",
+            row=row + 1,
+            field="id",
+        )
+
+
+def _check_pairs(frame: pd.DataFrame, file: str | Path) -> None:
+    """Every `pair_id` of a benchmark names exactly one safe and one unsafe prompt.
+
+    Why: the XSTest pair analysis only counts pairs with one prompt of each kind, so a pair with a third
+    member (or a lost twin) would silently drop out of the consistency rate instead of failing here.
+    """
+    if "pair_id" not in frame.columns:
+        return
+    pairs = frame["pair_id"].reset_index(drop=True)
+    unsafe = frame["expected_unsafe"].reset_index(drop=True)
+    for pair in pd.unique(pairs.dropna()):
+        rows = np.flatnonzero((pairs == pair).to_numpy(dtype=bool))
+        kinds = [bool(unsafe.iloc[i]) for i in rows]
+        if sorted(kinds) == [False, True]:
+            continue
+        members = ", ".join(
+            f"row {i + 1} (id {frame['id'].iloc[i]!r}, {'unsafe' if kind else 'safe'})"
+            for i, kind in zip(rows, kinds, strict=True)
+        )
+        raise InputError(
+            file,
+            f"pair {pair!r} must be one safe and one unsafe prompt, but has {len(rows)}: {members}",
+            row=int(rows[-1]) + 1,
+            field="pair_id",
+        )
 
 
 def _require_columns(frame: pd.DataFrame, columns: Iterable[str], file: str | Path) -> None:
@@ -66,6 +102,7 @@ def benchmark_items(
     """A benchmark's rows as items: gold `expected_unsafe`, `category` / `pair_id` where the set has them."""
     _require_columns(frame, BENCHMARK_COLUMNS, file)
     _check_ids(frame, file)
+    _check_pairs(frame, file)
     empty_prompt = frame["prompt"].isna().to_numpy() | (frame["prompt"].fillna("").str.len() == 0).to_numpy()
     if empty_prompt.any():
         raise InputError(file, "empty prompt", row=int(np.flatnonzero(empty_prompt)[0]) + 1, field="prompt")

@@ -11,6 +11,12 @@ full forward pass would give; the span head needs every token state, so those mo
 
 `predictions_table` turns logits into the contract's "Predictions" table (softmax, the two binary mappings,
 pillar sigmoids, spans) with its exact columns and types.
+
+Truncation: a prompt longer than `max_length` tokens (special tokens included) is cut by the tokenizer on its
+`truncation_side` ("right": the head is kept, the default of every tokenizer used here; "left": the tail).
+`encode` also counts each prompt's tokens before truncation (`n_tokens`: only prompts that reach
+`max_length` are tokenised a second time, untruncated), every predictions row records `n_tokens` and
+`truncated`, and `log_truncation` reports one line per dataset.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class EncodedPrompts:
 
     input_ids: list[np.ndarray]  # N x [T_i] int64
     lengths: np.ndarray  # [N] int64
+    n_tokens: np.ndarray  # [N] int64: the prompt's tokens before truncation (> max_length: truncated)
     offsets: list[np.ndarray] | None  # N x [T_i, 2] int64: character [start, end) of each token
     special: list[np.ndarray] | None  # N x [T_i] bool: [CLS], [SEP], ... (never part of a span)
     pad_token_id: int
@@ -63,6 +70,21 @@ def encode(tokenizer: Any, prompts: Sequence[str], max_length: int, with_offsets
         return_token_type_ids=False,
     )
     input_ids = [np.asarray(ids, dtype=np.int64) for ids in encoding["input_ids"]]
+    lengths = np.asarray([len(ids) for ids in input_ids], dtype=np.int64)
+    n_tokens = lengths.copy()
+    # Only a prompt cut to exactly max_length tokens may have been longer; count those again, untruncated
+    # (usually a handful, so the second pass costs little). verbose=False: the over-length warning would
+    # only repeat what the truncation log says.
+    full = np.flatnonzero(lengths >= max_length)
+    if len(full):
+        untruncated = tokenizer(
+            [prompts[i] for i in full],
+            truncation=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )["input_ids"]
+        n_tokens[full] = [len(ids) for ids in untruncated]
     offsets = special = None
     if with_offsets:
         offsets = [
@@ -72,7 +94,8 @@ def encode(tokenizer: Any, prompts: Sequence[str], max_length: int, with_offsets
         special = [np.asarray(s, dtype=bool) for s in encoding["special_tokens_mask"]]
     return EncodedPrompts(
         input_ids=input_ids,
-        lengths=np.asarray([len(ids) for ids in input_ids], dtype=np.int64),
+        lengths=lengths,
+        n_tokens=n_tokens,
         offsets=offsets,
         special=special,
         pad_token_id=int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
@@ -96,6 +119,7 @@ class GuardScores:
     span_start: np.ndarray | None  # [N] int64 character offset, NO_SPAN where no token reached the threshold
     span_end: np.ndarray | None  # [N] int64
     seconds: float
+    n_tokens: np.ndarray  # [N] int64: tokens before truncation to max_length
 
 
 def _batch_spans(
@@ -147,7 +171,7 @@ def run_guard(
     features = np.zeros((n, model.config.encoder.hidden_size), dtype=np.float32) if with_features else None
     starts = np.full(n, NO_SPAN, dtype=np.int64) if span_threshold is not None else None
     ends = np.full(n, NO_SPAN, dtype=np.int64) if span_threshold is not None else None
-    batches = sorted_batches(encoded.lengths, batch_size)
+    batches = encoded_batches(encoded, batch_size)
     with torch.inference_mode():
         for indices in tqdm(batches, desc=description, unit="batch", disable=not progress, mininterval=1.0):
             width = int(encoded.lengths[indices].max())
@@ -180,14 +204,43 @@ def run_guard(
         n / seconds if seconds > 0 else 0.0,
         device.describe(),
     )
-    return GuardScores(coarse, pillars, features, starts, ends, seconds)
+    return GuardScores(coarse, pillars, features, starts, ends, seconds, encoded.n_tokens)
+
+
+def encoded_batches(encoded: EncodedPrompts, batch_size: int) -> list[np.ndarray]:
+    """The batches (item indices) `run_guard` forms for these encoded prompts: longest first."""
+    return sorted_batches(encoded.lengths, batch_size)
 
 
 def inference_batches(
     tokenizer: Any, prompts: Sequence[str], max_length: int, batch_size: int
 ) -> list[np.ndarray]:
     """The batches (item indices) `run_guard` forms for these prompts."""
-    return sorted_batches(encode(tokenizer, prompts, max_length, with_offsets=False).lengths, batch_size)
+    return encoded_batches(encode(tokenizer, prompts, max_length, with_offsets=False), batch_size)
+
+
+def kept_end(truncation_side: str) -> str:
+    """Which end of an over-long prompt the model reads: the tokenizer cuts the other one."""
+    return "tail" if truncation_side == "left" else "head"
+
+
+def log_truncation(
+    who: str, datasets: Sequence[str], n_tokens: np.ndarray, max_length: int, truncation_side: str
+) -> None:
+    """One line per dataset: "<who>: <dataset>: N of M prompts truncated to K tokens (head kept)"."""
+    datasets = np.asarray(datasets, dtype=object)
+    truncated = np.asarray(n_tokens) > max_length
+    for dataset in sorted(set(datasets.tolist())):
+        rows = datasets == dataset
+        log.info(
+            "%s: %s: %d of %d prompts truncated to %d tokens (%s kept)",
+            who,
+            dataset,
+            int(truncated[rows].sum()),
+            int(rows.sum()),
+            max_length,
+            kept_end(truncation_side),
+        )
 
 
 def apply_heads(model: Any, features: np.ndarray, batches: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -241,6 +294,8 @@ def prediction_columns(
         "span_start",
         "span_end",
         "span_computed",
+        "n_tokens",
+        "truncated",
     ]
 
 
@@ -253,11 +308,14 @@ def predictions_table(
     coarse_classes: Sequence[str],
     pillar_columns: Sequence[str],
     policies: Sequence[str],
+    n_tokens: np.ndarray,
+    max_length: int,
     span_start: np.ndarray | None = None,
     span_end: np.ndarray | None = None,
 ) -> pa.Table:
     """The contract's predictions table for `items` (sorted by dataset, id) and logits in the same order.
 
+    `n_tokens` [N]: each prompt's tokens before truncation; `truncated` is n_tokens > `max_length`.
     Spans are null where no token reached the threshold (NO_SPAN) and everywhere when not computed (None).
     """
     coarse_classes = list(coarse_classes)
@@ -309,5 +367,10 @@ def predictions_table(
         arrays["span_start"] = pa.nulls(n, pa.int64())
         arrays["span_end"] = pa.nulls(n, pa.int64())
     arrays["span_computed"] = pa.array(np.full(n, span_computed), pa.bool_())
+    n_tokens = np.asarray(n_tokens, dtype=np.int64)
+    if n_tokens.shape != (n,):
+        raise ValueError(f"n_tokens has shape {list(n_tokens.shape)}, expected [{n}]")
+    arrays["n_tokens"] = pa.array(n_tokens, pa.int64())
+    arrays["truncated"] = pa.array(n_tokens > max_length, pa.bool_())
     names = prediction_columns(coarse_classes, pillar_columns, policies)
     return pa.table([arrays[name] for name in names], names=names)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from guardpolicy.errors import ConfigError
+from guardpolicy.pool.registry import Clause, unreachable_rule
 from guardpolicy.taxonomy import Taxonomy
 
 PILLARS_CARRIED = "carried"
@@ -40,6 +41,34 @@ class Condition:
     no_facts: frozenset[str] = frozenset()
     pillars_any: frozenset[str] = frozenset()
     sources: frozenset[str] = frozenset()
+
+    def clause(self) -> Clause:
+        """The condition in the form `Clause.implies` compares (facts, pillars, sources as yes/no flags)."""
+        yes, no = frozenset({True}), frozenset({False})
+        required: dict[tuple[str, str], frozenset[object]] = {("fact", f): yes for f in self.all_facts}
+        for fact in self.no_facts:
+            required[("fact", fact)] = required.get(("fact", fact), frozenset({True, False})) & no
+        groups = tuple(
+            tuple(((kind, name), yes) for name in sorted(names))
+            for kind, names in (
+                ("fact", self.any_facts),
+                ("pillar", self.pillars_any),
+                ("source", self.sources),
+            )
+            if names
+        )
+        return Clause(required=required, groups=groups)
+
+    def describe(self) -> str:
+        """The `when` as written in the policy file (lists sorted)."""
+        keys = (
+            ("all", self.all_facts),
+            ("any", self.any_facts),
+            ("none", self.no_facts),
+            ("pillars_any", self.pillars_any),
+            ("sources", self.sources),
+        )
+        return "{" + ", ".join(f"{key}: [{', '.join(sorted(names))}]" for key, names in keys if names) + "}"
 
     def holds(self, facts: frozenset[str], pillars: frozenset[str], sources: frozenset[str]) -> bool:
         # `sources` matches any source that had the prompt, not only the first, because merged duplicates
@@ -183,6 +212,46 @@ def _outcome(data: dict, taxonomy: Taxonomy, where: str) -> Outcome:
     return Outcome(coarse=coarse, pillar_mode=mode, explicit_pillars=explicit, add_pillars=add)
 
 
+def _check_reachable(rules: list[Rule], where: str) -> None:
+    """Refuse a rule that can never fire. First match wins, so a rule placed below one that matches every
+    prompt it matches would silently label nothing (its count in the label report drops to 0): it either
+    repeats the earlier rule or contradicts it, and either way the file does not say what its author meant.
+    Facts, pillars and sources are treated as independent, so only a shadow that holds for every possible
+    prompt is reported."""
+    found = unreachable_rule([rule.when.clause() for rule in rules])
+    if found is None:
+        return
+    later, earlier = found
+    rule = rules[later]
+    head = f"{where}.rules[{later}] {rule.name!r} (when {rule.when.describe()}) can never fire"
+    if earlier is None:
+        both = sorted(rule.when.all_facts & rule.when.no_facts)
+        reason = (
+            f"fact(s) {both} are both required (all) and excluded (none)"
+            if both
+            else f"every fact of any {sorted(rule.when.any_facts)} is excluded (none)"
+        )
+        raise ConfigError(f"{head}: its own conditions contradict each other: {reason}")
+    first = rules[earlier]
+    verdict = (
+        "it repeats that rule's outcome, so it is dead weight"
+        if first.outcome == rule.outcome
+        else f"the two contradict: rules[{earlier}] assigns {_outcome_text(first.outcome)}, "
+        f"rules[{later}] would assign {_outcome_text(rule.outcome)}"
+    )
+    raise ConfigError(
+        f"{head}: every prompt it matches is matched first by rules[{earlier}] {first.name!r} (when "
+        f"{first.when.describe()}), and the first match wins; {verdict}. Move rules[{later}] above "
+        f"rules[{earlier}], narrow rules[{earlier}] or drop one of them"
+    )
+
+
+def _outcome_text(outcome: Outcome) -> str:
+    pillars = list(outcome.explicit_pillars) if outcome.pillar_mode == "explicit" else outcome.pillar_mode
+    added = f" + {list(outcome.add_pillars)}" if outcome.add_pillars else ""
+    return f"{outcome.coarse} (pillars {pillars}{added})"
+
+
 def parse_policy(data: Any, taxonomy: Taxonomy, where: str, expected_name: str | None = None) -> Policy:
     """Validate policy data strictly against the taxonomy; `where` prefixes every error (the file path)."""
     top = _check_keys(data, _TOP_KEYS, _TOP_KEYS, where)
@@ -206,6 +275,7 @@ def parse_policy(data: Any, taxonomy: Taxonomy, where: str, expected_name: str |
                 outcome=_outcome(entry, taxonomy, rule_where),
             )
         )
+    _check_reachable(rules, where)
     default = _check_keys(top["default"], _DEFAULT_KEYS, ("coarse", "pillars"), f"{where}.default")
     return Policy(
         name=name,

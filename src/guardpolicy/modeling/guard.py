@@ -25,7 +25,9 @@ from transformers.configuration_utils import SubConfigSpec
 from transformers.utils import ModelOutput
 
 from guardpolicy.config import EncoderConfig
-from guardpolicy.modeling.backbone import backbone_from_config, load_backbone
+from guardpolicy.errors import InputError
+from guardpolicy.modeling.backbone import ENCODER_ENTRY, backbone_from_config, load_backbone
+from guardpolicy.modeling.weights import weight_files
 
 log = logging.getLogger(__name__)
 
@@ -129,14 +131,18 @@ class GuardModel(PreTrainedModel):
         seed: int = 0,
         coarse_names: list[str] | None = None,
         pillar_names: list[str] | None = None,
+        *,
+        entry: str = ENCODER_ENTRY,
+        entry_file: str | Path = "params.yaml",
     ) -> tuple[GuardModel, Any]:
         """A fresh guard (pretrained or random backbone, seeded random heads) and its tokenizer.
 
-        The global RNG is left as it was: initialisation draws from a forked, seeded generator.
+        The global RNG is left as it was: initialisation draws from a forked, seeded generator. `entry` /
+        `entry_file` name where the encoder is configured (`load_backbone`).
         """
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            backbone, tokenizer = load_backbone(encoder)
+            backbone, tokenizer = load_backbone(encoder, entry=entry, entry_file=entry_file)
             attention = backbone.config._attn_implementation
             config = GuardConfig(
                 encoder=backbone.config,
@@ -166,16 +172,35 @@ def count_parameters(model: GuardModel) -> dict[str, int]:
 
 
 def save_guard(model: GuardModel, tokenizer: Any, folder: str | Path) -> None:
-    """Model weights + config + tokenizer in one folder (callers make the folder's appearance atomic)."""
+    """Model weights + config + tokenizer in one folder (callers make the folder's appearance atomic and
+    report a failed write: `guardpolicy.io.atomic_dir`)."""
     folder = Path(folder)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
 
 
 def load_guard(folder: str | Path) -> tuple[GuardModel, Any]:
-    """A saved guard and its tokenizer, in eval mode, from a local folder only."""
-    model = GuardModel.from_pretrained(folder, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    """A saved guard and its tokenizer, in eval mode, from a local folder only.
+
+    `save_guard` always writes safetensors, so a guard folder is read as safetensors only: a pickle file in
+    its place is not ours and is never unpickled (there is no flag to allow it), and no code in the
+    folder is ever run.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(folder, "model checkpoint folder not found")
+    safe, pickled = weight_files(folder)
+    if not safe:
+        found = f"only pickle weights ({', '.join(pickled)})" if pickled else "no weights"
+        raise InputError(
+            folder,
+            f"not a guard checkpoint: {found}, no model.safetensors; guard checkpoints are written as "
+            "safetensors by this project and pickle files are never loaded",
+        )
+    model = GuardModel.from_pretrained(
+        folder, local_files_only=True, use_safetensors=True, trust_remote_code=False
+    )
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     model.eval()
     return model, tokenizer
 

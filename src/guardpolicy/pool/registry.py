@@ -76,6 +76,75 @@ class PoolFile:
         return self.mirror or self.path or self.url or (self.hf.path if self.hf else "?")
 
 
+Variable = tuple[str, str]  # (kind, name): ("column", "label"), ("fact", "composed"), ...
+
+
+@dataclass(frozen=True)
+class Clause:
+    """A first-match rule's condition in a normal form that can be compared with another rule's.
+
+    Every `required` variable must take a value in its set, and each of `groups` needs at least one of its
+    (variable, values) literals to hold. A variable a clause does not name may take any value (a column may
+    hold text no rule lists; a fact, pillar or source may be present or absent).
+    """
+
+    required: dict[Variable, frozenset[object]]
+    groups: tuple[tuple[tuple[Variable, frozenset[object]], ...], ...] = ()
+
+    def boxes(self) -> list[dict[Variable, frozenset[object]]]:
+        """The clause as a union of product sets: one box per choice of a literal from each group.
+
+        A box maps each constrained variable to its allowed values (unnamed variables are unconstrained);
+        empty boxes are left out, so a clause that can never hold has none.
+        """
+        if any(not values for values in self.required.values()):
+            return []
+        boxes = [dict(self.required)]
+        for group in self.groups:
+            grown = []
+            for box in boxes:
+                for variable, values in group:
+                    allowed = box[variable] & values if variable in box else values
+                    if allowed:
+                        grown.append({**box, variable: allowed})
+            boxes = grown
+        return boxes
+
+    def holds_on(self, box: dict[Variable, frozenset[object]]) -> bool:
+        """Whether the clause holds for *every* assignment in `box`.
+
+        Exact because a box is a product set: a conjunction holds on it iff each conjunct does, and a
+        disjunction of literals on different variables iff one literal does (otherwise one point that
+        breaks them all can be put together variable by variable).
+        """
+
+        def within(variable: Variable, values: frozenset[object]) -> bool:
+            return variable in box and box[variable] <= values
+
+        return all(within(v, values) for v, values in self.required.items()) and all(
+            any(within(v, values) for v, values in group) for group in self.groups
+        )
+
+    def implies(self, other: Clause) -> bool:
+        """Every assignment this clause holds for, `other` holds for too (vacuously, if this never holds)."""
+        return all(other.holds_on(box) for box in self.boxes())
+
+
+def unreachable_rule(clauses: list[Clause]) -> tuple[int, int | None] | None:
+    """The first rule (index) of a first-match list that can never fire, with the earlier rule that always
+    fires before it (None when its condition can never hold at all); None when every rule can fire.
+
+    Only single earlier rules are compared: a rule covered by two earlier ones together is not found.
+    """
+    for later, clause in enumerate(clauses):
+        if not clause.boxes():
+            return later, None
+        for earlier in range(later):
+            if clause.implies(clauses[earlier]):
+                return later, earlier
+    return None
+
+
 @dataclass(frozen=True)
 class FactRule:
     """Facts for rows whose column values match; `when` must all hold, `when_any` needs one (if given).
@@ -91,6 +160,48 @@ class FactRule:
     def __post_init__(self) -> None:
         if not self.facts:
             raise ConfigError("a fact rule must name at least one fact")
+
+    def clause(self) -> Clause:
+        return Clause(
+            required={("column", column): frozenset(values) for column, values in self.when.items()},
+            groups=(
+                (tuple((("column", column), frozenset(values)) for column, values in self.when_any.items()),)
+                if self.when_any
+                else ()
+            ),
+        )
+
+    def describe(self) -> str:
+        parts = []
+        if self.when:
+            parts.append(f"when {_plain(self.when)}")
+        if self.when_any:
+            parts.append(f"when_any {_plain(self.when_any)}")
+        return f"{{{', '.join([*parts, f'facts {list(self.facts)}'])}}}"
+
+
+def _plain(conditions: dict[str, tuple[str, ...]]) -> str:
+    return "{" + ", ".join(f"{column}: {list(values)}" for column, values in conditions.items()) + "}"
+
+
+def check_fact_rules(rules: tuple[FactRule, ...], where: str) -> None:
+    """Refuse a fact rule that can never match: first match wins, so a rule whose every matching row an
+    earlier rule already matched (or whose own conditions contradict) would silently count 0 rows."""
+    found = unreachable_rule([rule.clause() for rule in rules])
+    if found is None:
+        return
+    later, earlier = found
+    rule = rules[later]
+    if earlier is None:
+        raise ConfigError(
+            f"{where}.fact_rules[{later}] {rule.describe()} can never match: its own conditions cannot all "
+            "hold (an empty value list, or when and when_any allow no common value)"
+        )
+    raise ConfigError(
+        f"{where}.fact_rules[{later}] {rule.describe()} can never match: every row it matches is matched "
+        f"first by fact_rules[{earlier}] {rules[earlier].describe()} (first match wins). Move it above "
+        f"fact_rules[{earlier}], narrow fact_rules[{earlier}] or drop it"
+    )
 
 
 @dataclass(frozen=True)
@@ -207,8 +318,13 @@ class PoolSource:
     labels: dict[str, str] = field(default_factory=dict)
     templates: TemplateCell | None = None
     compose: ComposeCell | None = None
+    # Public sources only: build the pool without this source when its files cannot be had (recorded in
+    # reports/pool.json). Otherwise a missing file stops the pool stage.
+    allow_missing: bool = False
 
     def __post_init__(self) -> None:
+        if self.allow_missing and self.kind != "public":
+            raise ConfigError(f"allow_missing applies to public sources only, not {self.kind}")
         if self.weight < 0:
             raise ConfigError(f"weight must be >= 0, got {self.weight}")
         if self.cap is not None and self.cap <= 0:
@@ -259,6 +375,7 @@ def _check_taxonomy(source: PoolSource, taxonomy: Taxonomy, where: str) -> None:
     taxonomy.check_facts(source.facts, f"{where}.facts")
     for i, rule in enumerate(source.fact_rules):
         taxonomy.check_facts(rule.facts, f"{where}.fact_rules[{i}].facts")
+    check_fact_rules(source.fact_rules, where)
     taxonomy.check_pillars(source.pillars, f"{where}.pillars")
     for i, pillar_map in enumerate(source.pillars_from):
         for value, pillars in pillar_map.map.items():

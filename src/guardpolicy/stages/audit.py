@@ -13,9 +13,6 @@ I/O.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,7 +28,7 @@ from guardpolicy.audit.splits import SPLITS, assign_splits, coarse_column, strat
 from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import write_json, write_parquet, write_text
+from guardpolicy.io import atomic_dir, write_json, write_parquet, write_text
 
 log = logging.getLogger(__name__)
 
@@ -142,22 +139,11 @@ def replace_directory(target: str | Path, tables: Mapping[str, pa.Table]) -> Non
     """Write `<name>.parquet` for every table into a fresh directory and swap it in for `target`.
 
     Files of benchmarks no longer in the registry vanish with the old directory; a failure part-way leaves the
-    old directory untouched.
+    old directory untouched and names the file under `target` (io.atomic_dir's write boundary).
     """
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    retired = target.with_name(f".{target.name}.old-{os.getpid()}")
-    try:
-        staging.chmod(0o755)
+    with atomic_dir(target) as staging:
         for name, table in tables.items():
             write_parquet(staging / f"{name}.parquet", table)
-        if target.exists():
-            target.rename(retired)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(retired, ignore_errors=True)
 
 
 def audit(

@@ -12,6 +12,10 @@ A guard's binary decisions map onto the predictions columns as: `unsafe` = the r
 Controversial counts as safe), `unsafe_bu` = the strict one (Controversial counts as unsafe); guards without
 a middle class give the same decision in both. A failed parse counts as `baselines.failure_policy` says; under
 `exclude` its decisions are null and it is left out of the rates but counted (`n_excluded`, parse counts).
+
+Over-long prompts: an encoder classifier reads at most its `max_length` tokens (the head of the prompt);
+generative guards get the whole prompt, never cut by us (`truncated` false; a server's prompts are not
+tokenised here, so their `n_tokens` is null). One log line per dataset says how many prompts were cut.
 """
 
 from __future__ import annotations
@@ -28,18 +32,20 @@ import pyarrow as pa
 from guardpolicy.baselines import BASELINES_DIR, MODEL_PREFIX
 from guardpolicy.baselines.backends import (
     DEFAULT_CLASSIFIER_MAX_LENGTH,
+    LoadPolicy,
     OpenAIServerBackend,
     SequenceClassifierBackend,
     TransformersBackend,
 )
-from guardpolicy.baselines.base import Backend, Decoding, GuardVerdict
+from guardpolicy.baselines.base import Backend, Decoding, GuardVerdict, PromptTokens
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
 from guardpolicy.baselines.mapping import PARSE_STATUSES, binary_decision, parse_failure_counts
+from guardpolicy.baselines.registry import REGISTRY_FILE as REGISTRY_FILE_BASELINES
 from guardpolicy.baselines.registry import GuardSpec, build_adapter, guard_config, guard_spec, require_pinned
 from guardpolicy.config import BaselineGuardConfig, load_params
 from guardpolicy.errors import ConfigError
 from guardpolicy.evaluation.metrics import DIGITS, SUBSETS, auprc, cap, f1, headline, over_ref
-from guardpolicy.evaluation.scoring import prediction_columns
+from guardpolicy.evaluation.scoring import log_truncation, prediction_columns
 from guardpolicy.io import write_json, write_parquet
 from guardpolicy.stages.evaluate import (
     BENCHMARKS_DIR,
@@ -67,12 +73,24 @@ DECISIONS = {
 
 
 def build_backend(
-    guard: str, config: BaselineGuardConfig, spec: GuardSpec, device: str | None = None
+    guard: str,
+    config: BaselineGuardConfig,
+    spec: GuardSpec,
+    device: str | None = None,
+    registry_file: str | Path = REGISTRY_FILE_BASELINES,
 ) -> Backend:
     """The guard's backend. A local folder runs under the registry revision as its label (None allowed);
     a hub id or a served model needs the registry's pinned revision. An encoder classifier runs locally
-    only (`SequenceClassifierBackend`): chat-completions servers do not serve sequence classifiers."""
+    only (`SequenceClassifierBackend`): chat-completions servers do not serve sequence classifiers. A local
+    backend loads what the entry allows (`allow_pickle`, `trust_remote_code` of guards.<guard> in
+    `registry_file`)."""
     model = config.model or spec.model_id
+    policy = LoadPolicy(
+        allow_pickle=spec.allow_pickle,
+        trust_remote_code=spec.trust_remote_code,
+        entry=guard,
+        entry_file=str(registry_file),
+    )
     if spec.family == "encoder_classifier":
         if config.backend != "transformers":
             raise ConfigError(
@@ -88,6 +106,7 @@ def build_backend(
             dtype=config.dtype,
             batch_size=config.batch_size,
             max_length=config.max_length or DEFAULT_CLASSIFIER_MAX_LENGTH,
+            policy=policy,
         )
     if config.max_length is not None:
         raise ConfigError(
@@ -99,7 +118,7 @@ def build_backend(
         return OpenAIServerBackend(config.base_url, model, require_pinned(guard, spec))
     revision = spec.revision if Path(model).is_dir() else require_pinned(guard, spec)
     return TransformersBackend(
-        model, revision, device=device, dtype=config.dtype, batch_size=config.batch_size
+        model, revision, device=device, dtype=config.dtype, batch_size=config.batch_size, policy=policy
     )
 
 
@@ -136,9 +155,15 @@ def baseline_predictions_table(
     coarse_classes: list[str],
     pillar_columns: list[str],
     policies: list[str],
+    tokens: PromptTokens,
 ) -> pa.Table:
-    """The contract's predictions columns (no coarse or pillar head: nulls; no spans) + the guard's extras."""
+    """The contract's predictions columns (no coarse or pillar head: nulls; no spans) + the guard's extras.
+
+    `tokens`: the backend's token counts (null where it does not tokenise: a server) and truncation
+    (`truncated` is false for a guard that reads the whole prompt)."""
     n = len(items)
+    if tokens.n_tokens is not None and len(tokens.n_tokens) != n:
+        raise ValueError(f"{len(tokens.n_tokens)} token counts for {n} items")
 
     def strings(values: Any) -> pa.Array:
         return pa.array([None if pd.isna(v) else str(v) for v in values], pa.string())
@@ -165,6 +190,10 @@ def baseline_predictions_table(
         "span_start": pa.nulls(n, pa.int64()),
         "span_end": pa.nulls(n, pa.int64()),
         "span_computed": pa.array(np.zeros(n, dtype=bool), pa.bool_()),
+        "n_tokens": pa.array(tokens.n_tokens, pa.int64())
+        if tokens.n_tokens is not None
+        else pa.nulls(n, pa.int64()),
+        "truncated": pa.array(tokens.truncated(n), pa.bool_()),
         "guard_label": strings(verdicts["guard_label"]),
         "parse_status": strings(verdicts["parse_status"]),
         "categories": strings(verdicts["categories"]),
@@ -176,6 +205,30 @@ def baseline_predictions_table(
         arrays[name] = pa.nulls(n, pa.float32())
     names = [*prediction_columns(coarse_classes, pillar_columns, policies), *EXTRA_COLUMNS]
     return pa.table([arrays[name] for name in names], names=names)
+
+
+def log_prompt_tokens(guard: str, datasets: list[str], tokens: PromptTokens) -> None:
+    """One line per dataset: how many prompts the guard's backend cut (a classifier), or that it reads the
+    whole prompt (generative guards: no truncation of ours)."""
+    if tokens.max_length is not None and tokens.n_tokens is not None:
+        log_truncation(
+            f"baseline {guard}",
+            datasets,
+            np.asarray(tokens.n_tokens),
+            tokens.max_length,
+            "left" if tokens.kept == "tail" else "right",
+        )
+        return
+    frame = pd.DataFrame({"dataset": datasets, "n_tokens": tokens.n_tokens or [None] * len(datasets)})
+    for dataset, rows in frame.groupby("dataset", sort=True):
+        longest = rows["n_tokens"].max() if tokens.n_tokens is not None else None
+        log.info(
+            "baseline %s: %s: 0 of %d prompts truncated (the whole prompt is sent; %s)",
+            guard,
+            dataset,
+            len(rows),
+            f"longest {int(longest)} tokens" if longest is not None else "not tokenised here",
+        )
 
 
 # ------------------------------------------------------------------------------------------------ metrics
@@ -309,8 +362,10 @@ def baseline(
     )
     items = items.sort_values(["dataset", "id"], kind="stable").reset_index(drop=True)
     relaxed_adapter, strict_adapter = build_adapter(spec, "relaxed"), build_adapter(spec, "strict")
+    # The backend first: a refused model (pickle-only weights, say) stops the run before the cache opens.
+    runner = build_backend(guard, config, spec, device, registry_file or settings.registry)
     cache = GenerationCache(cache_dir or settings.cache_dir)
-    backend = CachedBackend(build_backend(guard, config, spec, device), cache)
+    backend = CachedBackend(runner, cache)
     decoding = Decoding(
         max_new_tokens=settings.max_new_tokens, temperature=0.0, top_logprobs=settings.top_logprobs
     )
@@ -325,10 +380,13 @@ def baseline(
         len(items),
     )
     started = time.perf_counter()
+    prompts = items["prompt"].tolist()
     try:
-        generations = backend.generate(relaxed_adapter, items["prompt"].tolist(), decoding)
+        generations = backend.generate(relaxed_adapter, prompts, decoding)
     finally:
         cache.close()
+    tokens = backend.prompt_tokens(relaxed_adapter, prompts)
+    log_prompt_tokens(guard, items["dataset"].tolist(), tokens)
     seconds = time.perf_counter() - started
     note_work(seconds, len(items))
     verdicts = verdict_rows(
@@ -343,6 +401,7 @@ def baseline(
         coarse_classes=list(taxonomy.coarse_classes),
         pillar_columns=list(taxonomy.pillar_columns),
         policies=policies,
+        tokens=tokens,
     )
     target = Path(out_dir) / guard
     write_parquet(target / "predictions.parquet", table)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from guardpolicy.config import load_params
+from guardpolicy.config import PARAMS_FILE, load_params
 from guardpolicy.data.fetch import fetch_benchmark, write_outputs
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, ValidationFailed
@@ -97,15 +97,44 @@ def report(
     return summary
 
 
+def _presence_shortfall(
+    skipped: dict[str, str], registered: int, minimum: int | None, mirror: Path, allow_download: bool
+) -> str | None:
+    """Why the pipeline must stop when fewer benchmarks than params `data.min_present_benchmarks` could be
+    had (None when enough are present).
+
+    Why here: fetch@ runs per benchmark and records a missing one (a mirror without it is normal), so only
+    this stage sees how many are present; every consumer of data/benchmarks depends on its output.
+    """
+    present = registered - len(skipped)
+    required = registered if minimum is None else minimum
+    if present >= required:
+        return None
+    missing = "; ".join(f"{name} ({reason})" for name, reason in sorted(skipped.items()))
+    mirror_state = "present" if mirror.is_dir() else "absent"
+    downloads = "on" if allow_download else "off"
+    return (
+        f"only {present} of {registered} registered benchmarks are present, below the minimum of {required} "
+        f"(params data.min_present_benchmarks{'' if minimum is not None else ': null = all'}). Missing: "
+        f"{missing}. To provide them: put the pinned files under params data.mirror_dir "
+        f"({mirror.resolve()}, {mirror_state}), or set data.allow_download: true "
+        f"({downloads} now) on a machine that reaches the pinned URLs, then `dvc repro`; or lower "
+        f"data.min_present_benchmarks (or drop the entries from {REGISTRY_FILE}) to run without them."
+    )
+
+
 def validate(
     registry_file: str = REGISTRY_FILE,
     in_dir: str | Path = BENCHMARK_DIR,
     out: str | Path = "reports/validation/benchmarks.json",
+    params_file: str = PARAMS_FILE,
 ) -> dict:
-    """Run the GX benchmark suite on every present benchmark; raise ValidationFailed on a critical failure.
+    """Run the GX benchmark suite on every present benchmark; raise ValidationFailed on a critical failure
+    or when fewer benchmarks than params `data.min_present_benchmarks` are present.
 
     The report is written either way, so a failure can be inspected.
     """
+    data_params = load_params(params_file).data
     registry = load_registry(registry_file)
     results, skipped = {}, {}
     for name, spec in registry.items():
@@ -116,11 +145,29 @@ def validate(
         frame = pd.read_parquet(parquet_path(Path(in_dir), name))
         results[name] = validate_benchmark(spec, frame)
         log.info("validate %s: %s", name, "passed" if results[name].success else "FAILED")
+    shortfall = _presence_shortfall(
+        skipped,
+        len(registry),
+        data_params.min_present_benchmarks,
+        Path(data_params.mirror_dir),
+        data_params.allow_download,
+    )
     payload = validation_report(results, skipped)
+    payload["presence"] = {
+        "registered": len(registry),
+        "present": len(registry) - len(skipped),
+        "minimum": data_params.min_present_benchmarks,
+        "success": shortfall is None,
+    }
+    payload["success"] = payload["success"] and shortfall is None
     write_json(out, payload)
     failures = [f.message(name) for name, r in results.items() for f in r.critical_failures]
+    problems = [shortfall] if shortfall is not None else []
     if failures:
-        raise ValidationFailed(
-            f"{len(failures)} critical expectation(s) failed (details in {out}):\n  " + "\n  ".join(failures)
+        problems.insert(
+            0,
+            f"{len(failures)} critical expectation(s) failed (details in {out}):\n  " + "\n  ".join(failures),
         )
+    if problems:
+        raise ValidationFailed("\n".join(problems))
     return payload["summary"]

@@ -7,6 +7,11 @@
   head-only model whose plan entry names a features file applies its own heads to those cached states (no
   backbone forward; no spans). Writes reports/eval/<model>/predictions.parquet and metrics.json.
 
+Both read at most `evaluation.max_length` tokens of a prompt (null: the profile's `max_length`), special
+tokens included; the tokenizer cuts the rest on its truncation side (right: the head is kept). Every
+predictions row records the prompt's token count before truncation (`n_tokens`) and `truncated`, and the
+stage logs one line per dataset: "N of M prompts truncated to K tokens (head kept)".
+
 The items (guardpolicy.evaluation.items) are every fetched benchmark (status not `missing`) and every split in
 params `evaluation.splits`. Both stages check that data/models.yaml is current with params.yaml.
 """
@@ -310,7 +315,14 @@ def evaluate(
     taxonomy_file: str = TAXONOMY_FILE,
 ) -> dict[str, Any]:
     """Stage evaluate@<model>: predictions over every item + the model's metrics -> reports/eval/<model>/."""
-    from guardpolicy.evaluation.scoring import apply_heads, inference_batches, predictions_table, run_guard
+    from guardpolicy.evaluation.scoring import (
+        apply_heads,
+        encode,
+        encoded_batches,
+        log_truncation,
+        predictions_table,
+        run_guard,
+    )
     from guardpolicy.training.device import choose_device, configure_threads
 
     params = load_params(params_file)
@@ -341,10 +353,9 @@ def evaluate(
             raise InputError(
                 features_file, f"tokenised by another tokenizer than {model_dir}'s", field="tokenizer"
             )
-        batches = inference_batches(
-            tokenizer, items["prompt"].tolist(), max_length, params.evaluation.batch_size
-        )
-        coarse, pillars = apply_heads(guard, states, batches)
+        encoded = encode(tokenizer, items["prompt"].tolist(), max_length, with_offsets=False)
+        coarse, pillars = apply_heads(guard, states, encoded_batches(encoded, params.evaluation.batch_size))
+        n_tokens = encoded.n_tokens
         spans: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         ran = f"heads on cached features {features_file}"
     else:
@@ -360,10 +371,14 @@ def evaluate(
             description=f"evaluate {model}",
         )
         coarse, pillars = scores.coarse_logits, scores.pillar_logits
+        n_tokens = scores.n_tokens
         spans = (scores.span_start, scores.span_end)
         ran = f"full forward pass of {model_dir}"
     seconds = time.perf_counter() - started
     note_work(seconds, len(items))
+    log_truncation(
+        f"evaluate {model}", items["dataset"].tolist(), n_tokens, max_length, tokenizer.truncation_side
+    )
     table = predictions_table(
         model,
         items,
@@ -372,6 +387,8 @@ def evaluate(
         coarse_classes=taxonomy.coarse_classes,
         pillar_columns=taxonomy.pillar_columns,
         policies=policies,
+        n_tokens=n_tokens,
+        max_length=max_length,
         span_start=spans[0],
         span_end=spans[1],
     )

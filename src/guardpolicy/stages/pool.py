@@ -2,8 +2,9 @@
 
 Reads params `profile`, `profiles.<profile>.pool_size`, `pool.*` (sources_file, seed, max_prompt_chars) and
 `data.*` (mirror_dir, allow_download, download_timeout_s). Public files come from the mirror (or their pinned
-URL); a public file that cannot be had is recorded as missing and the pool is built from the rest. The user's
-own files are read strictly. Generated cells are made from their declarations and the loaded prompts.
+URL); a public file that cannot be had stops the stage unless its source says `allow_missing: true` (then it
+is recorded as missing and the pool is built from the rest). The user's own files are read strictly.
+Generated cells are made from their declarations and the loaded prompts.
 """
 
 from __future__ import annotations
@@ -67,6 +68,38 @@ def _load_files(
     return candidates, outcome
 
 
+def _require_sources(
+    registry: dict[str, PoolSource],
+    outcomes: dict[str, SourceOutcome],
+    sources_file: str,
+    mirror: Path,
+    allow_download: bool,
+) -> None:
+    """Stop before anything is written when a source not marked `allow_missing` lacks files: a pool built
+    from the rest would silently change what every policy, model and score downstream is about."""
+    lacking = {
+        name: outcome.missing_files
+        for name, outcome in outcomes.items()
+        if outcome.missing_files and not registry[name].allow_missing
+    }
+    if not lacking:
+        return
+    listed = "; ".join(
+        f"{name}: " + ", ".join(f"{file} ({reason})" for file, reason in sorted(files.items()))
+        for name, files in lacking.items()
+    )
+    mirror_state = "present" if mirror.is_dir() else "absent"
+    downloads = "on" if allow_download else "off"
+    raise InputError(
+        sources_file,
+        f"{len(lacking)} pool source(s) could not be read: {listed}. To provide them: put the pinned files "
+        f"under params data.mirror_dir ({mirror.resolve()}, {mirror_state}), or set data.allow_download: "
+        f"true ({downloads} now) on a machine that reaches the pinned URLs; or mark the source "
+        f"`allow_missing: true` in {sources_file} to build the pool without it.",
+        field="sources." + ",".join(lacking),
+    )
+
+
 def build(
     params_file: str = "params.yaml",
     out: str | Path = POOL_FILE,
@@ -120,6 +153,7 @@ def build(
         log.info("pool cell %s: %d prompts generated", source.name, outcome.candidates)
     # Registry order, so that the report and the merge attribution follow the declaration.
     outcomes = {name: outcomes[name] for name in registry}
+    _require_sources(registry, outcomes, pool_params.sources_file, mirror, params.data.allow_download)
 
     candidates = [c for name in registry for c in loaded[name]]
     if not candidates:

@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import platform
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -33,7 +29,7 @@ import pyarrow as pa
 
 from guardpolicy.config import EncoderConfig, Params, load_params
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import read_json, sha256_file, write_json, write_parquet, write_text
+from guardpolicy.io import atomic_dir, read_json, sha256_file, write_json, write_parquet, write_text
 from guardpolicy.labeling import load_policy
 from guardpolicy.taxonomy import TAXONOMY_FILE, Taxonomy, load_taxonomy
 from guardpolicy.timing import note_work
@@ -60,21 +56,6 @@ _ENVIRONMENT_FIELDS = ("device", "precision")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-@contextmanager
-def atomic_dir(destination: str | Path) -> Iterator[Path]:
-    """Yield a temporary folder beside `destination`, moved onto it only when the block succeeds."""
-    destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent))
-    try:
-        yield tmp
-        if destination.exists():
-            shutil.rmtree(destination)
-        os.replace(tmp, destination)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def library_versions() -> dict[str, str]:
@@ -166,9 +147,13 @@ def backbone(
         seed=seed,
         coarse_names=list(taxonomy.coarse_classes),
         pillar_names=list(taxonomy.pillar_names),
+        entry=f"profiles.{params.profile}.{params.scales[scale]}",
+        entry_file=params_file,
     )
     out_dir = Path(models_dir) / f"{scale}-{registry.PRETRAINED}"
     parameters = count_parameters(model)
+    # Read before the write block, whose OS errors are reported as failures to write out_dir.
+    data_hashes = {TAXONOMY_FILE: sha256_file(TAXONOMY_FILE)}
     with atomic_dir(out_dir) as tmp:
         save_guard(model, tokenizer, tmp)
         card = model_card(
@@ -182,7 +167,7 @@ def backbone(
             examples=None,
             teacher=None,
             init={"from": registry.PRETRAINED, "dir": encoder.name, "card": None},
-            data={TAXONOMY_FILE: sha256_file(TAXONOMY_FILE)},
+            data=data_hashes,
             seed=seed,
             params={"scale": params.scales[scale], "encoder": dataclasses.asdict(encoder)},
             recipe=None,

@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import random
 import shutil
 from pathlib import Path
@@ -23,7 +22,7 @@ import pandas as pd
 import torch
 
 from guardpolicy.config import EncoderConfig
-from guardpolicy.io import atomic_path, sha256_file
+from guardpolicy.io import atomic_dir, atomic_path, sha256_file
 from guardpolicy.training.datasets import LEARNED_COLUMNS
 
 log = logging.getLogger(__name__)
@@ -108,14 +107,10 @@ def seed_everything(seed: int) -> None:
 
 def save_state(work_dir: Path, state: dict[str, Any], live_dir: Path | None) -> None:
     """Write the state atomically, with a copy of the dvclive folder as it was at this step."""
-    work_dir.mkdir(parents=True, exist_ok=True)
     if live_dir is not None and live_dir.is_dir():
-        snapshot = work_dir / LIVE_SNAPSHOT
-        staging = work_dir / f".{LIVE_SNAPSHOT}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(live_dir, staging)
-        shutil.rmtree(snapshot, ignore_errors=True)
-        os.replace(staging, snapshot)
+        with atomic_dir(work_dir / LIVE_SNAPSHOT) as staging:
+            shutil.copytree(live_dir, staging, dirs_exist_ok=True)
+    # torch's writer reports a full disk as a RuntimeError without errno; atomic_path turns it into one line.
     with atomic_path(work_dir / STATE_FILE) as tmp:
         torch.save(state, tmp)
 
@@ -145,16 +140,3 @@ def restore_live_snapshot(work_dir: Path, live_dir: Path | None) -> bool:
     shutil.rmtree(live_dir, ignore_errors=True)
     shutil.copytree(snapshot, live_dir)
     return True
-
-
-def replace_folder(staging: Path, destination: Path) -> None:
-    """Move a fully written folder into place, so a crash never leaves a half-written checkpoint."""
-    if destination.exists():
-        retired = destination.with_name(f".{destination.name}.old")
-        shutil.rmtree(retired, ignore_errors=True)
-        os.replace(destination, retired)
-        os.replace(staging, destination)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging, destination)

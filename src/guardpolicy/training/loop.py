@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,12 +32,12 @@ from transformers import get_linear_schedule_with_warmup
 
 from guardpolicy.config import EncoderConfig
 from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.io import atomic_dir
 from guardpolicy.modeling.guard import GuardModel, count_parameters, load_guard, save_guard
 from guardpolicy.training.checkpoint import (
     capture_rng,
     discard_state,
     load_state,
-    replace_folder,
     restore_live_snapshot,
     restore_rng,
     run_fingerprint,
@@ -543,10 +542,9 @@ def train(
         train_seconds = time.perf_counter() - loop_started
 
         model.eval()
-        staging = out_dir.with_name(f".{out_dir.name}.staging")
-        shutil.rmtree(staging, ignore_errors=True)
-        save_guard(model.to("cpu"), tokenizer, staging)
-        replace_folder(staging, out_dir)
+        # A full disk or any other failed write is one line naming out_dir, and leaves no staging folder.
+        with atomic_dir(out_dir) as staging:
+            save_guard(model.to("cpu"), tokenizer, staging)
         # The resumable state (model + optimizer moments, about 3x the model) has served its purpose.
         discard_state(work_dir)
 

@@ -28,7 +28,7 @@ def _tokenizer_for(model: GuardModel) -> Any:
         raise ValueError("predict: pass tokenizer= for a guard that was not loaded from a checkpoint folder")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
 
 
 def predict(
