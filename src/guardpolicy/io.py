@@ -144,10 +144,15 @@ def write_boundary(destination: str | Path, staging: Path | None = None) -> Iter
         raise failure from exc
 
 
-def _umask() -> int:
+def _read_umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return umask
+
+
+# Read once at import: os.umask can only be read by setting it, which would race with threads that create
+# files meanwhile (the committee labeler and the baselines write from worker threads).
+_UMASK = _read_umask()
 
 
 def sha256_file(path: str | Path) -> str:
@@ -177,7 +182,7 @@ def atomic_path(destination: str | Path) -> Iterator[Path]:
             tmp = Path(tmp_name)
             yield tmp
             # mkstemp creates 0600; give the result the permissions a plain open() would (0666 minus umask).
-            os.chmod(tmp, 0o666 & ~_umask())
+            os.chmod(tmp, 0o666 & ~_UMASK)
             os.replace(tmp, destination)
     finally:
         _discard(tmp)
@@ -202,7 +207,7 @@ def atomic_dir(destination: str | Path) -> Iterator[Path]:
             with write_boundary(destination, staging):
                 yield staging
             # mkdtemp creates 0700; give the folder the permissions a plain mkdir would (0777 minus umask).
-            os.chmod(staging, 0o777 & ~_umask())
+            os.chmod(staging, 0o777 & ~_UMASK)
             retired = destination.with_name(f".{destination.name}.old")
             if destination.exists():
                 _discard(retired)

@@ -272,9 +272,15 @@ def test_mismatched_features_are_an_input_error_naming_the_file() -> None:
         "max_length": np.asarray(16),
     }
     assert check_features(arrays, "f.npz", keys, 16, 4).shape == (2, 4)
-    with pytest.raises(InputError, match=r"f\.npz, field 'keys': keys do not match .*item 2"):
+    # Different items: the message names the missing and the extra ones.
+    with pytest.raises(
+        InputError, match=r"f\.npz, field 'keys': keys do not match .*missing \['b\\t2'\], extra"
+    ):
         check_features(arrays, "f.npz", np.array(["a\t1", "b\t2"]), 16, 4)
-    with pytest.raises(InputError, match="2 cached items vs 1"):
+    # The same items in another order: the first position that differs.
+    with pytest.raises(InputError, match=r"keys do not match .*item 1 is 'a\\t1' there but 'a\\t2' now"):
+        check_features(arrays, "f.npz", keys[::-1], 16, 4)
+    with pytest.raises(InputError, match=r"2 cached items vs 1 evaluation items: extra \['a\\t2'\]"):
         check_features(arrays, "f.npz", keys[:1], 16, 4)
     with pytest.raises(InputError, match="field 'max_length'"):
         check_features(arrays, "f.npz", keys, 32, 4)

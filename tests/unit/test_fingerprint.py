@@ -97,6 +97,17 @@ def test_facts_file_must_cover_the_registry_and_not_read_the_gold() -> None:
         parse_benchmark_facts(data, "facts.yaml", TAXONOMY)
 
 
+def test_a_fact_rule_that_can_never_match_is_refused_naming_both_rules() -> None:
+    data = facts_data()
+    # A catch-all above the `strings` rule: first match wins, so `strings` rows would all be harmful requests.
+    data["benchmarks"]["advbench"]["fact_rules"][0] = {"facts": ["harmful_request"]}
+    with pytest.raises(ConfigError) as caught:
+        parse_benchmark_facts(data, "facts.yaml", TAXONOMY)
+    message = str(caught.value)
+    assert "benchmarks.advbench.fact_rules[1]" in message and "fact_rules[0]" in message
+    assert "can never match" in message
+
+
 # ------------------------------------------------------------------------------------ benchmark label rows
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from guardpolicy.errors import key_difference
 from guardpolicy.taxonomy import Taxonomy
 
 BOUNDARY_SAFE = "BOUNDARY_SAFE"
@@ -72,7 +73,10 @@ def agreement_row(
     Extra keys (`coarse_counts`, `unsafe`, `gold_unsafe`) go to the JSON, not the table.
     """
     if len(labels) != len(gold) or set(labels["id"]) != set(gold["id"]):
-        raise ValueError(f"{benchmark}/{policy}: the labels and the gold cover different prompts")
+        raise ValueError(
+            f"{benchmark}/{policy}: the labels and the gold cover different prompts "
+            f"({len(labels)} labelled vs {len(gold)} gold: {key_difference(gold['id'], labels['id'])})"
+        )
     if len(gold) == 0:
         raise ValueError(f"{benchmark}/{policy}: no prompts to compare")
     aligned = gold[["id", "expected_unsafe"]].merge(labels[["id", "coarse"]], on="id", how="left")
@@ -135,12 +139,17 @@ def fingerprint_report(
     rules_fired = rules_fired or {}
     facts = facts or {}
     benchmarks: dict[str, dict[str, Any]] = {}
+    first_policy: dict[str, str] = {}  # benchmark -> the policy whose count the others must match
     for row in sorted(rows, key=lambda r: (r["benchmark"], r["policy"])):
         entry = benchmarks.setdefault(
             row["benchmark"], {"n": row["n"], "gold_unsafe": row["gold_unsafe"], "policies": {}}
         )
+        first_policy.setdefault(row["benchmark"], row["policy"])
         if row["n"] != entry["n"]:
-            raise ValueError(f"{row['benchmark']}: policies labelled different numbers of prompts")
+            raise ValueError(
+                f"{row['benchmark']}: policies labelled different numbers of prompts ({row['policy']}: "
+                f"{row['n']}, {first_policy[row['benchmark']]}: {entry['n']})"
+            )
         result = {
             "labeler": row["labeler"],
             "agree": row["agree"],

@@ -32,7 +32,7 @@ from guardpolicy.analysis.stats import (
     percentile_interval,
     wilson_interval,
 )
-from guardpolicy.errors import InputError
+from guardpolicy.errors import KEYS_SHOWN, InputError, few_keys
 
 log = logging.getLogger(__name__)
 
@@ -318,15 +318,6 @@ def build_matrices(
 _RERUN = (
     "models must be evaluated on the same benchmark, split and label versions: rerun the evaluate@ stages"
 )
-# How many differing keys a message lists before it only counts the rest.
-_SHOWN = 5
-
-
-def _few(keys: Sequence[str]) -> str:
-    """The first few keys (sorted) and, when there are more, how many in all."""
-    shown = sorted(keys)[:_SHOWN]
-    more = f" and {len(keys) - len(shown)} more" if len(keys) > len(shown) else ""
-    return f"{shown}{more}"
 
 
 def _item_labels(frame: pd.DataFrame) -> pd.Series:
@@ -352,9 +343,9 @@ def _check_same_items(
     if datasets != ref_datasets:
         parts = []
         if ref_datasets - datasets:
-            parts.append(f"missing dataset(s) {_few(list(ref_datasets - datasets))} that {ref_file} has")
+            parts.append(f"missing dataset(s) {few_keys(list(ref_datasets - datasets))} that {ref_file} has")
         if datasets - ref_datasets:
-            parts.append(f"extra dataset(s) {_few(list(datasets - ref_datasets))} that {ref_file} lacks")
+            parts.append(f"extra dataset(s) {few_keys(list(datasets - ref_datasets))} that {ref_file} lacks")
         raise InputError(
             file, f"its items differ from {ref_file}: {'; '.join(parts)} ({_RERUN})", field="dataset"
         )
@@ -363,13 +354,15 @@ def _check_same_items(
         here, there = set(items), set(ref_items)
         parts = []
         if there - here:
-            parts.append(f"{len(there - here)} item(s) of {ref_file} are missing: {_few(list(there - here))}")
+            parts.append(
+                f"{len(there - here)} item(s) of {ref_file} are missing: {few_keys(list(there - here))}"
+            )
         if here - there:
-            parts.append(f"{len(here - there)} item(s) are not in {ref_file}: {_few(list(here - there))}")
+            parts.append(f"{len(here - there)} item(s) are not in {ref_file}: {few_keys(list(here - there))}")
         for name, labels in ((file, items), (ref_file, ref_items)):
             repeated = labels[labels.duplicated()]
             if len(repeated):
-                parts.append(f"{name} repeats {len(repeated)} item(s): {_few(list(repeated))}")
+                parts.append(f"{name} repeats {len(repeated)} item(s): {few_keys(list(repeated))}")
         raise InputError(file, f"its items differ from {ref_file}: {'; '.join(parts)} ({_RERUN})", field="id")
     for column in columns:
         if column not in frame.columns:
@@ -393,9 +386,9 @@ def _check_same_items(
         shown = ", ".join(
             f"{ref_items.iloc[i]} ({_value_text(values.iloc[i])} here, "
             f"{_value_text(ref_values.iloc[i])} there)"
-            for i in where[:_SHOWN]
+            for i in where[:KEYS_SHOWN]
         )
-        more = f" and {len(where) - _SHOWN} more" if len(where) > _SHOWN else ""
+        more = f" and {len(where) - KEYS_SHOWN} more" if len(where) > KEYS_SHOWN else ""
         raise InputError(
             file,
             f"its items differ from {ref_file} in column {column!r}: {len(where)} item(s), "

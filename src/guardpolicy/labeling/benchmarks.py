@@ -24,7 +24,7 @@ from guardpolicy.config import from_mapping, load_yaml
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.labeling.base import POOL_COLUMNS, is_missing
 from guardpolicy.pool.loaders import facts_for_record, pillars_for_record
-from guardpolicy.pool.registry import FACT_COMPOSED, FactRule, PillarMap, PoolFile
+from guardpolicy.pool.registry import FACT_COMPOSED, FactRule, PillarMap, PoolFile, check_fact_rules
 from guardpolicy.taxonomy import Taxonomy
 
 FACTS_FILE = "data/benchmark_facts.yaml"
@@ -73,6 +73,8 @@ def _check_entry(entry: BenchmarkFacts, taxonomy: Taxonomy, where: str) -> None:
                     f"{where}.fact_rules[{i}].{key}: facts are a prior about the benchmark and may not be "
                     f"read off its gold column {GOLD_COLUMN!r}"
                 )
+    # First match wins here as in the pool: a rule shadowed by an earlier one would silently count 0 prompts.
+    check_fact_rules(entry.fact_rules, where)
     taxonomy.check_pillars(entry.pillars, f"{where}.pillars")
     for i, pillar_map in enumerate(entry.pillars_from):
         if pillar_map.column == GOLD_COLUMN:

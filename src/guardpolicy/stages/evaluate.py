@@ -29,7 +29,7 @@ import pandas as pd
 
 from guardpolicy.config import Params, load_params
 from guardpolicy.data.registry import load_registry
-from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.errors import ConfigError, InputError, key_difference
 from guardpolicy.evaluation.items import benchmark_items, combine_items, item_keys, split_items
 from guardpolicy.evaluation.metrics import ROLES, model_metrics
 from guardpolicy.io import atomic_path, read_json, sha256_file, write_json, write_parquet
@@ -190,11 +190,14 @@ def check_features(
     cached_keys = arrays["keys"].astype(str)
     rerun = f"rerun `dvc repro features@{Path(path).stem}`"
     if len(cached_keys) != len(keys) or not np.array_equal(cached_keys, keys):
-        if len(cached_keys) != len(keys):
-            detail = f"{len(cached_keys)} cached items vs {len(keys)} evaluation items"
+        if len(cached_keys) != len(keys) or set(cached_keys) != set(keys):
+            detail = (
+                f"{len(cached_keys)} cached items vs {len(keys)} evaluation items: "
+                f"{key_difference(keys, cached_keys)}"
+            )
         else:
             first = int(np.flatnonzero(cached_keys != keys)[0])
-            detail = f"item {first + 1} is {cached_keys[first]!r} there but {keys[first]!r} now"
+            detail = f"item {first + 1} is {str(cached_keys[first])!r} there but {str(keys[first])!r} now"
         raise InputError(path, f"keys do not match the evaluation items ({detail}); {rerun}", field="keys")
     cached_length = int(arrays["max_length"])
     if cached_length != max_length:
