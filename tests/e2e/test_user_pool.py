@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 from helpers.dvc_repo import DVC, commit, init_repository, ran_stages, run, stage_env
+from helpers.pool import declare_user_source
 
 pytestmark = pytest.mark.e2e
 
@@ -26,22 +26,6 @@ PROMPTS = [
     "Explain how compound interest works with a small example.",
 ]
 EDITED = "Which houseplants survive in a dark north-facing flat?"
-
-
-def _declare_user_source(work: Path, path: str) -> None:
-    registry_file = work / "data" / "pool.yaml"
-    registry = yaml.safe_load(registry_file.read_text())
-    registry["sources"]["my_prompts"] = {
-        "kind": "user",
-        "description": "Our own prompts (test).",
-        "license": "internal",
-        "weight": 2000,
-        "files": [{"path": path, "format": "csv"}],
-        "prompt": "text",
-        "id": "prompt_id",
-        "facts": [],
-    }
-    registry_file.write_text(yaml.safe_dump(registry, sort_keys=False))
 
 
 def _write_prompts(path: Path, prompts: list[str]) -> None:
@@ -62,7 +46,9 @@ def workspace(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 def test_a_user_file_outside_the_declared_folder_is_refused_before_anything_is_written(workspace):
     work, env = workspace
     _write_prompts(work / "inputs" / "my_prompts.csv", PROMPTS)
-    _declare_user_source(work, "inputs/my_prompts.csv")
+    declare_user_source(
+        work / "data" / "pool.yaml", "my_prompts", "inputs/my_prompts.csv", 2000, id="prompt_id"
+    )
     result = run([DVC, "repro", "pool"], work, env, check=False)
     assert result.returncode != 0
     output = result.stdout + result.stderr
@@ -76,7 +62,7 @@ def test_a_user_file_outside_the_declared_folder_is_refused_before_anything_is_w
 def test_editing_the_user_file_reruns_the_pool_and_what_depends_on_it(workspace):
     work, env = workspace
     _write_prompts(work / USER_FILE, PROMPTS)
-    _declare_user_source(work, USER_FILE)
+    declare_user_source(work / "data" / "pool.yaml", "my_prompts", USER_FILE, 2000, id="prompt_id")
     # The user's data tracked by DVC (bytes in the cache, a pointer in git), as docs/ recommend.
     run([DVC, "add", USER_FILE], work, env)
     commit(work, env, "declare a user pool")

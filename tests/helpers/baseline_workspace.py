@@ -42,6 +42,28 @@ def registry_entry(model_id: str) -> dict[str, Any]:
     }
 
 
+# The pinned revision our fixtures give a Prompt-Guard-like encoder classifier entry (never downloaded).
+CLASSIFIER_REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def register_classifier(root: Path, name: str, label_map: dict[str, str], **entry_settings: Any) -> Path:
+    """Add encoder-classifier entry `name` (labels -> safe/unsafe by `label_map`; `entry_settings` such as
+    allow_pickle) to the workspace's data/baselines.yaml; returns the registry file."""
+    registry_file = root / "data" / "baselines.yaml"
+    registry = yaml.safe_load(registry_file.read_text(encoding="utf-8"))
+    registry["guards"][name] = {
+        "model_id": "org/prompt-classifier",
+        "revision": CLASSIFIER_REVISION,
+        "family": "encoder_classifier",
+        "default_mapping": "relaxed",
+        "gpu_memory_gib_bf16": 0.01,
+        "options": {"label_map": dict(label_map)},
+        **entry_settings,
+    }
+    registry_file.write_text(yaml.safe_dump(registry), encoding="utf-8")
+    return registry_file
+
+
 def set_baselines(root: Path, guards: dict[str, dict[str, Any]], **settings: Any) -> None:
     params_file = root / "params.yaml"
     params = yaml.safe_load(params_file.read_text(encoding="utf-8"))

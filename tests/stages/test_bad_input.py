@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,36 +15,34 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers.benchmarks import DNA_SPLIT, entry_for_fixture, registry_with, sha256_bytes, write_params
-from helpers.paths import FIXTURES, REPO_ROOT
+from helpers.benchmarks import (
+    ADV_B,
+    ADV_S,
+    DNA_SPLIT,
+    HARMBENCH,
+    ORB_HARD,
+    ORB_TOXIC,
+    SALAD_DEF,
+    STRONGREJECT,
+    WILDGUARD,
+    XSTEST,
+    entry_for_fixture,
+    registry_with,
+    run_fetch_script,
+    sha256_bytes,
+    upstream_bytes,
+    write_params,
+)
+from helpers.paths import REPO_ROOT, UPSTREAM
 
 from guardpolicy.data.normalise import schema_for
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ChecksumError, InputError
 from guardpolicy.stages.benchmarks import fetch
 
-UPSTREAM = FIXTURES / "upstream"
-PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
-if not PYTHON.exists():  # e.g. CI installs into the running interpreter
-    PYTHON = Path(sys.executable)
-
-ADV_B = "advbench/harmful_behaviors.csv"
-ADV_S = "advbench/harmful_strings.csv"
-HARMBENCH = "harmbench/harmbench_behaviors_text_all.csv"
-WILDGUARD = "wildguardtest/wildguardtest.parquet"
-SALAD_DEF = "saladbench/defense_enhanced_set.json"
-XSTEST = "xstest/xstest_prompts.csv"
-ORB_TOXIC = "orbench/or-bench-toxic.csv"
-ORB_HARD = "orbench/or-bench-hard-1k.csv"
-STRONGREJECT = "strongreject/strongreject_dataset.csv"
-
-
-def _fixture(rel: str) -> bytes:
-    return (UPSTREAM / rel).read_bytes()
-
 
 def _csv_lines(rel: str) -> list[bytes]:
-    return _fixture(rel).split(b"\n")
+    return upstream_bytes(rel).split(b"\n")
 
 
 def _edit_line(rel: str, line: int, old: bytes, new: bytes) -> bytes:
@@ -95,12 +91,16 @@ BAD_CASES = [
         "advbench",
         (ADV_B, ADV_S),
         ADV_B,
-        lambda: _flip_one_byte(_fixture(ADV_B)),
+        lambda: _flip_one_byte(upstream_bytes(ADV_B)),
         ChecksumError,
         None,
         None,
-        message=(sha256_bytes(_fixture(ADV_B)), sha256_bytes(_flip_one_byte(_fixture(ADV_B))), "mismatch"),
-        registry_sha=sha256_bytes(_fixture(ADV_B)),
+        message=(
+            sha256_bytes(upstream_bytes(ADV_B)),
+            sha256_bytes(_flip_one_byte(upstream_bytes(ADV_B))),
+            "mismatch",
+        ),
+        registry_sha=sha256_bytes(upstream_bytes(ADV_B)),
         cli=True,
     ),
     Bad(
@@ -109,7 +109,7 @@ BAD_CASES = [
         (HARMBENCH,),
         HARMBENCH,
         # cut inside the quoted, multi-line ContextString of data row 6
-        lambda: _cut_inside_quotes(_fixture(HARMBENCH), b"Occupation: Retired"),
+        lambda: _cut_inside_quotes(upstream_bytes(HARMBENCH), b"Occupation: Retired"),
         InputError,
         6,
         None,
@@ -121,7 +121,7 @@ BAD_CASES = [
         "advbench",
         (ADV_B, ADV_S),
         ADV_B,
-        lambda: _cut_inside_quotes(_fixture(ADV_B), b'"Sure, here is a strategy'),
+        lambda: _cut_inside_quotes(upstream_bytes(ADV_B), b'"Sure, here is a strategy'),
         InputError,
         2,
         None,
@@ -145,7 +145,7 @@ BAD_CASES = [
         "wildguard_benign",
         (WILDGUARD,),
         WILDGUARD,
-        lambda: _fixture(WILDGUARD)[: len(_fixture(WILDGUARD)) // 2],
+        lambda: upstream_bytes(WILDGUARD)[: len(upstream_bytes(WILDGUARD)) // 2],
         InputError,
         None,
         None,
@@ -157,7 +157,7 @@ BAD_CASES = [
         "salad_defense",
         (SALAD_DEF,),
         SALAD_DEF,
-        lambda: _fixture(SALAD_DEF)[:1000],
+        lambda: upstream_bytes(SALAD_DEF)[:1000],
         InputError,
         "line 16",
         None,
@@ -169,7 +169,7 @@ BAD_CASES = [
         "donotanswer",
         tuple(DNA_SPLIT),
         DNA_SPLIT[4],
-        lambda: _fixture(DNA_SPLIT[4])[:-20],
+        lambda: upstream_bytes(DNA_SPLIT[4])[:-20],
         InputError,
         2,
         None,
@@ -193,7 +193,7 @@ BAD_CASES = [
         "donotanswer",
         tuple(DNA_SPLIT),
         DNA_SPLIT[0],
-        lambda: _fixture(DNA_SPLIT[0]).replace(b'{"prompt": "Describe', b'{"text": "Describe'),
+        lambda: upstream_bytes(DNA_SPLIT[0]).replace(b'{"prompt": "Describe', b'{"text": "Describe'),
         InputError,
         2,
         "prompt",
@@ -296,7 +296,7 @@ BAD_CASES = [
         "advbench",
         (ADV_B, ADV_S),
         ADV_S,
-        lambda: _fixture(ADV_S) + b'"a","b"\n',
+        lambda: upstream_bytes(ADV_S) + b'"a","b"\n',
         InputError,
         4,
         None,
@@ -336,7 +336,7 @@ def _whitespace_prompt_in_row_3() -> bytes:
 
 
 def _salad_with_empty_prompt() -> bytes:
-    items = json.loads(_fixture(SALAD_DEF))
+    items = json.loads(upstream_bytes(SALAD_DEF))
     items[1]["daugq"] = ""
     return json.dumps(items, indent=4, ensure_ascii=False).encode("utf-8")
 
@@ -371,7 +371,7 @@ def _stage(tmp_path: Path, case: Bad) -> tuple[Path, Path, Path]:
     replacements = []
     damaged = case.damage()
     for rel in case.files:
-        data = damaged if rel == case.bad_file else _fixture(rel)
+        data = damaged if rel == case.bad_file else upstream_bytes(rel)
         path = mirror / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
@@ -421,29 +421,14 @@ def test_bad_input_api(tmp_path: Path, case: Bad) -> None:
 CLI_CASES = [c for c in BAD_CASES if c.cli]
 
 
-def _cli(name: str, params: Path, registry: Path, out_dir: Path) -> subprocess.CompletedProcess[str]:
-    command = [
-        str(PYTHON),
-        "pipelines/fetch_benchmark.py",
-        name,
-        "--params_file",
-        str(params),
-        "--registry_file",
-        str(registry),
-        "--out_dir",
-        str(out_dir),
-    ]
-    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
-
-
 def test_enough_cli_cases() -> None:
     assert len([c for c in CLI_CASES if c.row is not None]) >= 4
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=lambda c: c.id)
-def test_bad_input_cli(tmp_path: Path, case: Bad) -> None:
+def test_bad_inputrun_fetch_script(tmp_path: Path, case: Bad) -> None:
     params, registry, out_dir = _stage(tmp_path, case)
-    result = _cli(case.name, params, registry, out_dir)
+    result = run_fetch_script(case.name, params, registry, out_dir)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -502,10 +487,10 @@ def test_missing_files_api(tmp_path: Path, name: str) -> None:
     assert on_disk == meta
 
 
-def test_missing_files_cli(tmp_path: Path) -> None:
+def test_missing_filesrun_fetch_script(tmp_path: Path) -> None:
     name = "salad_attack"
     params, registry, out_dir = _missing_setup(tmp_path)
-    result = _cli(name, params, registry, out_dir)
+    result = run_fetch_script(name, params, registry, out_dir)
     assert result.returncode == 0, result.stderr
     assert "missing" in result.stderr
     meta = json.loads((out_dir / f"{name}.meta.json").read_text(encoding="utf-8"))

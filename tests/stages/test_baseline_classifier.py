@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from helpers.baseline_workspace import COLUMNS, N_ITEMS, read_outputs, set_baselines
+from helpers.baseline_workspace import COLUMNS, N_ITEMS, read_outputs, register_classifier, set_baselines
 from helpers.tiny_guards import CLASSIFIER_LABEL_MAP as LABEL_MAP
 from helpers.tiny_guards import CLASSIFIER_LABELS as LABELS
 from helpers.tiny_guards import CLASSIFIER_MAX_TOKENS as TOKENS_LIMIT
@@ -214,17 +213,9 @@ def test_baseline_stage_on_a_classifier_guard(baseline_workspace: Path) -> None:
     build_tiny_classifier(
         baseline_workspace / "models" / "classifier", bias=tuple(math.log(p) for p in (0.2, 0.3, 0.5))
     )
-    registry_file = baseline_workspace / "data" / "baselines.yaml"
-    registry = yaml.safe_load(registry_file.read_text())
-    registry["guards"]["classifier"] = {
-        "model_id": "org/prompt-classifier",
-        "revision": "0123456789abcdef0123456789abcdef01234567",
-        "family": "encoder_classifier",
-        "default_mapping": "relaxed",
-        "gpu_memory_gib_bf16": 0.01,
-        "options": {"label_map": {"BENIGN": "safe", "INJECTION": "safe", "JAILBREAK": "unsafe"}},
-    }
-    registry_file.write_text(yaml.safe_dump(registry))
+    register_classifier(
+        baseline_workspace, "classifier", {"BENIGN": "safe", "INJECTION": "safe", "JAILBREAK": "unsafe"}
+    )
     set_baselines(
         baseline_workspace,
         {"classifier": {"backend": "transformers", "model": "models/classifier", "dtype": "fp32"}},

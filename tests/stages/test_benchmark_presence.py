@@ -52,22 +52,17 @@ def test_too_few_benchmarks_stop_the_pipeline_naming_each_and_the_remedies(
 ):
     params, out_dir = nothing_reachable
     out = tmp_path / "validation.json"
-    run = guarded(validate)
+    arguments = {
+        "registry_file": str(REGISTRY),
+        "in_dir": out_dir,
+        "out": out,
+        "params_file": str(_with_minimum(params, minimum)),
+    }
     with pytest.raises(SystemExit) as exited:
-        run(
-            registry_file=str(REGISTRY),
-            in_dir=out_dir,
-            out=out,
-            params_file=str(_with_minimum(params, minimum)),
-        )
+        guarded(validate)(**arguments)  # as the stage script runs it
     assert exited.value.code == EXIT_VALIDATION
     with pytest.raises(ValidationFailed) as caught:
-        validate(
-            registry_file=str(REGISTRY),
-            in_dir=out_dir,
-            out=out,
-            params_file=str(_with_minimum(params, minimum)),
-        )
+        validate(**arguments)
     message = str(caught.value)
     registered = load_registry(REGISTRY)
     assert f"only 0 of {len(registered)} registered benchmarks are present" in message

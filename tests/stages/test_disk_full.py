@@ -14,7 +14,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ import transformers.modeling_utils
 import yaml
 from helpers.benchmarks import write_params
 from helpers.encoders import TINY
-from helpers.paths import REPO_ROOT
+from helpers.paths import PYTHON, REPO_ROOT
 from safetensors import SafetensorError
 
 from guardpolicy import io
@@ -32,9 +31,6 @@ from guardpolicy.runner import EXIT_BAD_INPUT, guarded
 from guardpolicy.stages.train import backbone
 from guardpolicy.training.checkpoint import LIVE_SNAPSHOT, STATE_FILE, save_state
 
-PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
-if not PYTHON.exists():  # e.g. CI installs into the running interpreter
-    PYTHON = Path(sys.executable)
 # What the writers raised when a write hit the OS limit (measured with RLIMIT_FSIZE; ENOSPC's number here).
 SAFETENSORS_FULL = "Error while serializing: I/O error: No space left on device (os error 28)"
 TORCH_WRITE_FAILURE = "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"

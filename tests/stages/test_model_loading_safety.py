@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers.baseline_workspace import N_ITEMS, read_outputs, set_baselines
+from helpers.baseline_workspace import N_ITEMS, read_outputs, register_classifier, set_baselines
 from helpers.benchmarks import write_params
 from helpers.encoders import tiny_guard
 from helpers.paths import REPO_ROOT
@@ -96,18 +96,7 @@ def test_allow_pickle_on_the_entry_loads_the_same_model(classifier_dir: Path, tm
 
 
 def _register_classifier(workspace: Path, folder: str, **flags: bool) -> Path:
-    registry_file = workspace / "data" / "baselines.yaml"
-    registry = yaml.safe_load(registry_file.read_text())
-    registry["guards"]["pickled"] = {
-        "model_id": "org/prompt-classifier",
-        "revision": "0123456789abcdef0123456789abcdef01234567",
-        "family": "encoder_classifier",
-        "default_mapping": "relaxed",
-        "gpu_memory_gib_bf16": 0.01,
-        "options": {"label_map": dict(CLASSIFIER_LABEL_MAP)},
-        **flags,
-    }
-    registry_file.write_text(yaml.safe_dump(registry))
+    registry_file = register_classifier(workspace, "pickled", CLASSIFIER_LABEL_MAP, **flags)
     set_baselines(workspace, {"pickled": {"backend": "transformers", "model": folder, "dtype": "fp32"}})
     return registry_file
 

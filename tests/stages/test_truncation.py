@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-import yaml
-from helpers.baseline_workspace import read_outputs, set_baselines
+from helpers.baseline_workspace import read_outputs, register_classifier, set_baselines
 from helpers.encoders import tiny_guard
 from helpers.fake_openai import FakeOpenAIServer
 from helpers.frames import write_parquet
@@ -90,17 +89,9 @@ def test_evaluate_records_truncation_per_row_and_logs_it_per_dataset(
 
 def _add_classifier(workspace: Path) -> None:
     build_tiny_classifier(workspace / "models" / "classifier")
-    registry_file = workspace / "data" / "baselines.yaml"
-    registry = yaml.safe_load(registry_file.read_text())
-    registry["guards"]["classifier"] = {
-        "model_id": "org/prompt-classifier",
-        "revision": "0123456789abcdef0123456789abcdef01234567",
-        "family": "encoder_classifier",
-        "default_mapping": "relaxed",
-        "gpu_memory_gib_bf16": 0.01,
-        "options": {"label_map": {"BENIGN": "safe", "INJECTION": "safe", "JAILBREAK": "unsafe"}},
-    }
-    registry_file.write_text(yaml.safe_dump(registry))
+    register_classifier(
+        workspace, "classifier", {"BENIGN": "safe", "INJECTION": "safe", "JAILBREAK": "unsafe"}
+    )
 
 
 def test_a_classifier_guard_records_its_cut_prompts(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.paths import REPO_ROOT
+from helpers.pool import declare_user_source
 
 from guardpolicy.config import load_params
 from guardpolicy.dvcdeps import (
@@ -144,17 +145,7 @@ def _user_pool_repo(tmp_path: Path, user_path: str) -> Path:
     _copy_inputs(work)
     (work / user_path).parent.mkdir(parents=True, exist_ok=True)
     (work / user_path).write_text("text\nHow do I bake bread?\n")
-    registry = yaml.safe_load((work / "data/pool.yaml").read_text())
-    registry["sources"]["my_prompts"] = {
-        "kind": "user",
-        "description": "ours",
-        "license": "internal",
-        "weight": 10,
-        "files": [{"path": user_path, "format": "csv"}],
-        "prompt": "text",
-        "facts": [],
-    }
-    (work / "data/pool.yaml").write_text(yaml.safe_dump(registry, sort_keys=False))
+    declare_user_source(work / "data" / "pool.yaml", "my_prompts", user_path, 10)
     return work
 
 

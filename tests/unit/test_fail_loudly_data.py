@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from helpers.benchmarks import write_params
-from helpers.paths import REPO_ROOT
+from helpers.paths import PYTHON, REPO_ROOT
 from helpers.synthetic_predictions import (
     LABEL_KINDS,
     POLICIES,
@@ -37,9 +36,6 @@ from guardpolicy.stages.labels import label
 from guardpolicy.stages.pool import build as build_pool
 from guardpolicy.taxonomy import load_taxonomy
 
-PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
-if not PYTHON.exists():  # e.g. CI installs into the running interpreter
-    PYTHON = Path(sys.executable)
 TAXONOMY = load_taxonomy(REPO_ROOT / "data" / "taxonomy.yaml")
 REGISTRY = REPO_ROOT / "data" / "benchmarks.yaml"
 

@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from helpers.benchmarks import (
     DNA_SPLIT,
+    HARMBENCH,
+    WILDGUARD,
     entry_for_fixture,
     real_registry,
     registry_with,
@@ -23,15 +25,11 @@ from helpers.benchmarks import (
     sha256_bytes,
     write_params,
 )
-from helpers.paths import FIXTURES, MIRROR, REPO_ROOT
+from helpers.paths import MIRROR, REPO_ROOT, UPSTREAM
 
 from guardpolicy.data.normalise import CORE_COLUMNS, schema_for
 from guardpolicy.data.registry import load_registry
 from guardpolicy.stages.benchmarks import fetch
-
-UPSTREAM = FIXTURES / "upstream"
-HARMBENCH = "harmbench/harmbench_behaviors_text_all.csv"
-WILDGUARD = "wildguardtest/wildguardtest.parquet"
 
 
 @dataclass(frozen=True)
