@@ -119,11 +119,16 @@ def from_mapping(cls: type[T], data: Any, *, where: str) -> T:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
+# libyaml's safe loader where PyYAML was built with it: the same documents, ~10x faster than the pure-Python
+# one (params.yaml, dvc.yaml and the registries are read by every stage process).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml(path: str | Path) -> Any:
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
+            return yaml.load(handle, Loader=_SAFE_LOADER)
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: file not found") from exc
     except yaml.YAMLError as exc:
