@@ -29,8 +29,9 @@ from helpers.synthetic_predictions import (
 from guardpolicy.analysis.scores import build_matrices
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.evaluation.items import benchmark_items
+from guardpolicy.first_match import Clause
 from guardpolicy.labeling.policy import load_policy, parse_policy
-from guardpolicy.pool.registry import Clause, load_pool_registry, parse_pool_registry
+from guardpolicy.pool.registry import load_pool_registry, parse_pool_registry
 from guardpolicy.stages.analyse import analyse
 from guardpolicy.stages.labels import label
 from guardpolicy.stages.pool import build as build_pool

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from guardpolicy.errors import ConfigError
-from guardpolicy.pool.registry import Clause, unreachable_rule
+from guardpolicy.first_match import Clause, unreachable_rule
 from guardpolicy.taxonomy import Taxonomy
 
 PILLARS_CARRIED = "carried"

@@ -17,6 +17,7 @@ from typing import Literal
 from guardpolicy.config import from_mapping, load_yaml
 from guardpolicy.data.registry import HFFile
 from guardpolicy.errors import ConfigError
+from guardpolicy.first_match import Clause, unreachable_rule
 from guardpolicy.taxonomy import Taxonomy
 
 SourceKind = Literal["public", "generated", "user"]
@@ -74,75 +75,6 @@ class PoolFile:
     @property
     def display_name(self) -> str:
         return self.mirror or self.path or self.url or (self.hf.path if self.hf else "?")
-
-
-Variable = tuple[str, str]  # (kind, name): ("column", "label"), ("fact", "composed"), ...
-
-
-@dataclass(frozen=True)
-class Clause:
-    """A first-match rule's condition in a normal form that can be compared with another rule's.
-
-    Every `required` variable must take a value in its set, and each of `groups` needs at least one of its
-    (variable, values) literals to hold. A variable a clause does not name may take any value (a column may
-    hold text no rule lists; a fact, pillar or source may be present or absent).
-    """
-
-    required: dict[Variable, frozenset[object]]
-    groups: tuple[tuple[tuple[Variable, frozenset[object]], ...], ...] = ()
-
-    def boxes(self) -> list[dict[Variable, frozenset[object]]]:
-        """The clause as a union of product sets: one box per choice of a literal from each group.
-
-        A box maps each constrained variable to its allowed values (unnamed variables are unconstrained);
-        empty boxes are left out, so a clause that can never hold has none.
-        """
-        if any(not values for values in self.required.values()):
-            return []
-        boxes = [dict(self.required)]
-        for group in self.groups:
-            grown = []
-            for box in boxes:
-                for variable, values in group:
-                    allowed = box[variable] & values if variable in box else values
-                    if allowed:
-                        grown.append({**box, variable: allowed})
-            boxes = grown
-        return boxes
-
-    def holds_on(self, box: dict[Variable, frozenset[object]]) -> bool:
-        """Whether the clause holds for *every* assignment in `box`.
-
-        Exact because a box is a product set: a conjunction holds on it iff each conjunct does, and a
-        disjunction of literals on different variables iff one literal does (otherwise one point that
-        breaks them all can be put together variable by variable).
-        """
-
-        def within(variable: Variable, values: frozenset[object]) -> bool:
-            return variable in box and box[variable] <= values
-
-        return all(within(v, values) for v, values in self.required.items()) and all(
-            any(within(v, values) for v, values in group) for group in self.groups
-        )
-
-    def implies(self, other: Clause) -> bool:
-        """Every assignment this clause holds for, `other` holds for too (vacuously, if this never holds)."""
-        return all(other.holds_on(box) for box in self.boxes())
-
-
-def unreachable_rule(clauses: list[Clause]) -> tuple[int, int | None] | None:
-    """The first rule (index) of a first-match list that can never fire, with the earlier rule that always
-    fires before it (None when its condition can never hold at all); None when every rule can fire.
-
-    Only single earlier rules are compared: a rule covered by two earlier ones together is not found.
-    """
-    for later, clause in enumerate(clauses):
-        if not clause.boxes():
-            return later, None
-        for earlier in range(later):
-            if clause.implies(clauses[earlier]):
-                return later, earlier
-    return None
 
 
 @dataclass(frozen=True)
