@@ -39,6 +39,16 @@ class LocalFile:
     verified: bool  # True when the registry pins a sha256 and it matched
 
 
+def how_to_provide(mirror_dir: Path, allow_download: bool) -> str:
+    """The two ways a pinned file that could not be had becomes available, with where things stand now."""
+    state = "present" if mirror_dir.is_dir() else "absent"
+    downloads = "on" if allow_download else "off"
+    return (
+        f"put the pinned files under params data.mirror_dir ({mirror_dir.resolve()}, {state}), or set "
+        f"data.allow_download: true ({downloads} now) on a machine that reaches the pinned URLs"
+    )
+
+
 def hf_url(hf: HFFile) -> str:
     """The resolve URL of a dataset file at a pinned revision (honours HF_ENDPOINT, like huggingface_hub)."""
     endpoint = os.environ.get("HF_ENDPOINT", HF_DEFAULT_ENDPOINT).rstrip("/")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from guardpolicy.config import PARAMS_FILE, load_params
+from guardpolicy.data.acquire import how_to_provide
 from guardpolicy.data.fetch import fetch_benchmark, write_outputs
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, ValidationFailed
@@ -111,14 +112,10 @@ def _presence_shortfall(
     if present >= required:
         return None
     missing = "; ".join(f"{name} ({reason})" for name, reason in sorted(skipped.items()))
-    mirror_state = "present" if mirror.is_dir() else "absent"
-    downloads = "on" if allow_download else "off"
     return (
         f"only {present} of {registered} registered benchmarks are present, below the minimum of {required} "
         f"(params data.min_present_benchmarks{'' if minimum is not None else ': null = all'}). Missing: "
-        f"{missing}. To provide them: put the pinned files under params data.mirror_dir "
-        f"({mirror.resolve()}, {mirror_state}), or set data.allow_download: true "
-        f"({downloads} now) on a machine that reaches the pinned URLs, then `dvc repro`; or lower "
+        f"{missing}. To provide them: {how_to_provide(mirror, allow_download)}, then `dvc repro`; or lower "
         f"data.min_present_benchmarks (or drop the entries from {REGISTRY_FILE}) to run without them."
     )
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from guardpolicy.config import load_params
+from guardpolicy.data.acquire import how_to_provide
 from guardpolicy.errors import InputError
 from guardpolicy.io import write_json, write_parquet
 from guardpolicy.pool.build import (
@@ -88,13 +89,10 @@ def _require_sources(
         f"{name}: " + ", ".join(f"{file} ({reason})" for file, reason in sorted(files.items()))
         for name, files in lacking.items()
     )
-    mirror_state = "present" if mirror.is_dir() else "absent"
-    downloads = "on" if allow_download else "off"
     raise InputError(
         sources_file,
-        f"{len(lacking)} pool source(s) could not be read: {listed}. To provide them: put the pinned files "
-        f"under params data.mirror_dir ({mirror.resolve()}, {mirror_state}), or set data.allow_download: "
-        f"true ({downloads} now) on a machine that reaches the pinned URLs; or mark the source "
+        f"{len(lacking)} pool source(s) could not be read: {listed}. To provide them: "
+        f"{how_to_provide(mirror, allow_download)}; or mark the source "
         f"`allow_missing: true` in {sources_file} to build the pool without it.",
         field="sources." + ",".join(lacking),
     )
