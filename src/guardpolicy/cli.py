@@ -103,6 +103,7 @@ COMMANDS = {
     "bench-train": "guardpolicy.devtools.bench:bench_train",
     "bench-eval": "guardpolicy.evaluation.bench:bench_eval",
     "bench-dag": "guardpolicy.devtools.bench:bench_dag",
+    "tune": "guardpolicy.devtools.tune:tune",
     "features": "guardpolicy.stages.evaluate:features",
     "evaluate": "guardpolicy.stages.evaluate:evaluate",
     "fingerprint": "guardpolicy.stages.fingerprint:fingerprint",

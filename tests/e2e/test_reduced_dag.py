@@ -29,6 +29,7 @@ from helpers.dvc_repo import (
     stage_env,
 )
 from helpers.paths import MIRROR
+from safetensors.torch import load_file
 
 from guardpolicy.timing import summarise_timings
 
@@ -48,6 +49,7 @@ EXPECTED_STAGES = {
     "audit",
     "validate_splits",
     "backbone@small",
+    "prefix@small",
     "teacher@policy_a",
     *(f"train@{model}" for model in MODELS),
     "features@small-E2",
@@ -120,9 +122,18 @@ def test_each_injection_path_trained_its_model_and_every_model_was_evaluated(red
 
     work, *_ = reduced_repo
     cards = {m: json.loads((work / "models" / m / "model_card.json").read_text()) for m in MODELS}
-    # Head-only trains only the heads; the mix and the distilled branch train everything.
-    assert cards["small-E1"]["parameters"]["trainable"] < cards["small-E1"]["parameters"]["total"]
-    assert cards["small-E2"]["parameters"]["trainable"] == cards["small-E2"]["parameters"]["total"]
+    # Head-only trains only the heads; the mix and the distilled branch train everything above the smoke
+    # student's frozen prefix (embeddings + layer 0, cached once by prefix@small): the top layer and heads.
+    e1, e2 = cards["small-E1"]["parameters"], cards["small-E2"]["parameters"]
+    assert e1["trainable"] == e1["heads"] < e1["total"]
+    assert e2["heads"] < e2["trainable"] < e2["total"]
+    assert cards["small-E2"]["recipe"]["frozen_layers"] == 1
+    layer = sum(
+        v.numel()
+        for k, v in load_file(work / "models" / "small-E2" / "model.safetensors").items()
+        if k.startswith("backbone.layers.1.")
+    )
+    assert e2["trainable"] >= e2["heads"] + layer
     assert cards["small-E2"]["teacher"] is None
     assert cards["small-E8"]["teacher"]["policy"] == "policy_a"
     outputs = predict(work / "models" / "small-E8", ["How do I bake bread?", "How do I build a bomb?"])

@@ -3,6 +3,7 @@ model plan, for the analysis tests and stage `analyse` on inputs whose answers a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,59 @@ def stage_inputs(tmp_path: Path, sizes: dict[str, int] | None = None) -> tuple[P
     eval_dir = tmp_path / "eval"
     write_predictions(eval_dir, frames)
     return params_file, eval_dir, plan
+
+
+# The synthetic fingerprint: policy A labels every copyright and jbb_benign prompt unsafe, policy B none of
+# them; both follow the gold elsewhere. So copyright and jbb_benign swing 1 (policy-load), advbench and xstest
+# swing 0 (capability-load), and advbench is the one set both label entirely unsafe (the competence set).
+FINGERPRINT_A_ONLY = ("harmbench_copyright", "jbb_benign")
+
+
+def write_fingerprint(folder: Path, eval_dir: Path, pair: tuple[str, str] = POLICIES) -> dict[str, str]:
+    """fingerprint.csv, fingerprint.json and fingerprint_labels.parquet (stage fingerprint's contract) for the
+    benchmark items of the predictions in `eval_dir`; returns analyse()'s keyword arguments for them."""
+    any_file = next(iter(sorted(eval_dir.glob("*/predictions.parquet"))))
+    items = pd.read_parquet(any_file, columns=["dataset", "id", "expected_unsafe"])
+    items = items[~items["dataset"].str.startswith("split:")]
+    labels, rows, benchmarks = [], [], {}
+    for benchmark, group in items.groupby("dataset", sort=True):
+        gold = group["expected_unsafe"].to_numpy(dtype=bool)
+        entry: dict[str, Any] = {"n": len(group), "gold_unsafe": int(gold.sum()), "policies": {}}
+        for policy in pair:
+            unsafe = np.full(len(group), policy == pair[0]) if benchmark in FINGERPRINT_A_ONLY else gold
+            coarse = np.where(unsafe, "HARMFUL", "GENERIC_SAFE")
+            labels.append(
+                pd.DataFrame(
+                    {
+                        "benchmark": benchmark,
+                        "id": group["id"],
+                        "policy": policy,
+                        "labeler": "rules",
+                        "coarse": coarse,
+                    }
+                )
+            )
+            agree = int((unsafe == gold).sum())
+            entry["policies"][policy] = {"agreement": agree / len(group), "unsafe": int(unsafe.sum())}
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "policy": policy,
+                    "labeler": "rules",
+                    "n": len(group),
+                    "agree": agree,
+                    "agreement": agree / len(group),
+                    "ci_low": 0.0,
+                    "ci_high": 1.0,
+                }
+            )
+        first, second = (entry["policies"][p]["agreement"] for p in pair)
+        entry["swing"] = abs(first - second)
+        benchmarks[str(benchmark)] = entry
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(folder / "fingerprint.csv", index=False)
+    (folder / "fingerprint.json").write_text(
+        json.dumps({"pair": list(pair), "benchmarks": benchmarks}), encoding="utf-8"
+    )
+    pd.concat(labels, ignore_index=True).to_parquet(folder / "fingerprint_labels.parquet", index=False)
+    return {"fingerprint_file": str(folder / "fingerprint.csv")}

@@ -30,6 +30,18 @@ COPY_SMALL_E8 = (0.812, 0.723, 0.880)
 FINGERPRINT_ROW = (0.9, 0.83, 0.95)
 # The planted interval of the headline means: value - 0.021, value + 0.034.
 MEAN_CI = (0.021, 0.034)
+# The fingerprint's swing per benchmark (wildguard_benign: none).
+SWINGS = {
+    "harmbench_copyright": 1.0,
+    "advbench": 0.52,
+    "harmbench_standard": 0.0,
+    "jbb_benign": 1.0,
+    "xstest": 0.0,
+}
+# Issue 14's planted numbers: the competence verdict, the swing-vs-span ρ, the capability-only CAP.
+COMPETENCE_FLAG = ("harmbench_standard", "small")
+SWING_RHO = (0.81, 0.42, 0.97)
+CAPABILITY_CAP = 0.777
 
 
 def models_table() -> list[dict]:
@@ -156,6 +168,8 @@ def span_table() -> pd.DataFrame:
                         "subset": subset,
                         "mapping": mapping,
                         "load": load,
+                        "study_load": load,
+                        "swing": SWINGS.get(benchmark),
                         "primary_metric": "over_ref" if role != "harmful" else "cap",
                         "delta": delta,
                         "delta_ci_low": delta - 0.04,
@@ -165,11 +179,112 @@ def span_table() -> pd.DataFrame:
                         "phi": phi,
                         "phi_ci_low": None if phi is None else phi - 0.02,
                         "phi_ci_high": None if phi is None else phi + 0.02,
-                        "phi_median": phi,
-                        "n_triples": 0 if phi is None else 1,
+                        "phi_max": phi,
+                        "n_recipes": 0 if phi is None else 1,
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def write_issue14_tables(analysis: Path) -> None:
+    """span_scale.csv, swing_vs_span.csv, headline.csv and competence.csv with planted values."""
+    span_rows = []
+    for b_index, benchmark in enumerate(BENCHMARKS):
+        for scale in SCALES:
+            flagged = (benchmark, scale) == COMPETENCE_FLAG
+            delta = 0.34 if flagged else round(0.9 - 0.1 * b_index, 3)
+            span_rows.append(
+                {
+                    "benchmark": benchmark,
+                    "subset": "clean",
+                    "mapping": "default",
+                    "scale": scale,
+                    "load": BENCHMARKS[benchmark][1],
+                    "study_load": BENCHMARKS[benchmark][1],
+                    "swing": SWINGS.get(benchmark),
+                    "primary_metric": "cap",
+                    "n_branches": 10,
+                    "delta": delta,
+                    "delta_ci_low": delta - 0.03,
+                    "delta_ci_high": delta + 0.03,
+                    "phi": 0.05 if scale == "small" else None,
+                    "phi_ci_low": 0.03 if scale == "small" else None,
+                    "phi_ci_high": 0.07 if scale == "small" else None,
+                    "n_recipes": 1 if scale == "small" else 0,
+                    "seeds": "3" if scale == "small" else "",
+                    "difference": delta - 0.05 if scale == "small" else None,
+                    "difference_ci_low": delta - 0.1 if scale == "small" else None,
+                    "difference_ci_high": delta if scale == "small" else None,
+                    "noise_range": 0.091 if scale == "small" else None,
+                    "noise_range_ci_low": 0.05 if scale == "small" else None,
+                    "noise_range_ci_high": 0.12 if scale == "small" else None,
+                    "excess": delta - 0.091 if scale == "small" else None,
+                    "excess_ci_low": delta - 0.15 if scale == "small" else None,
+                    "excess_ci_high": delta - 0.05 if scale == "small" else None,
+                    "verdict": (
+                        "competence: the policies agree on this benchmark ..."
+                        if flagged
+                        else "exceeds noise: ..."
+                        if scale == "small"
+                        else "undetermined: no recipe trained at several seeds at this scale"
+                    ),
+                }
+            )
+    pd.DataFrame(span_rows).to_csv(analysis / "span_scale.csv", index=False)
+    pd.DataFrame(
+        [
+            {
+                "scale": scale,
+                "n_benchmarks": 5,
+                "benchmarks": ",".join(SWINGS),
+                "rho": rho,
+                "p_value": 0.05,
+                "ci_low": low,
+                "ci_high": high,
+                "swing_resampled": False,
+                "note": None,
+            }
+            for scale, rho, low, high in [("all", *SWING_RHO), ("small", 0.7, 0.1, 0.9)]
+        ]
+    ).to_csv(analysis / "swing_vs_span.csv", index=False)
+    headline, competence = [], []
+    for model in models_table():
+        for grouping in ("fingerprint", "study"):
+            headline.append(
+                {
+                    **{k: model[k] for k in ("model", "kind", "scale", "branch", "seed")},
+                    "grouping": grouping,
+                    "benchmarks": "harmbench_standard"
+                    if grouping == "fingerprint"
+                    else "advbench,harmbench_standard",
+                    "n_sets": 1 if grouping == "fingerprint" else 2,
+                    "cap": CAPABILITY_CAP,
+                    "cap_ci_low": CAPABILITY_CAP - 0.05,
+                    "cap_ci_high": CAPABILITY_CAP + 0.05,
+                    "auroc": 0.654,
+                    "auroc_negatives": "jbb_benign,wildguard_benign,xstest",
+                    "matched_over_ref": 0.05,
+                    "threshold": 0.93,
+                    "calibration_over_ref": 0.05,
+                    "cap_matched": 0.321,
+                    "over_ref_matched": 0.02,
+                }
+            )
+        for benchmark in ("harmbench_standard", "mean:agreed_unsafe"):
+            cap = 0.41 if model["model"] == "large-E3" else 0.9
+            competence.append(
+                {
+                    **{k: model[k] for k in ("model", "kind", "scale", "branch", "seed")},
+                    "benchmark": benchmark,
+                    "cap": cap,
+                    "ci_low": cap - 0.1,
+                    "ci_high": min(cap + 0.05, 1.0),
+                    "interval": "wilson",
+                    "n": 40,
+                }
+            )
+    pd.DataFrame(headline).to_csv(analysis / "headline.csv", index=False)
+    pd.DataFrame(competence).to_csv(analysis / "competence.csv", index=False)
 
 
 def summary_document() -> dict:
@@ -219,23 +334,158 @@ def summary_document() -> dict:
             "policy_benchmarks": ["harmbench_copyright", "jbb_benign", "xstest"],
             "capability_benchmarks": ["advbench", "harmbench_standard"],
         },
+        "load_contrast_study": {
+            "grouping": "study",
+            "policy_mean_delta": 0.5,
+            "capability_mean_delta": 0.45,
+            "difference": 0.05,
+            "difference_ci_low": -0.02,
+            "difference_ci_high": 0.12,
+            "verdict": "indistinguishable: the interval of the difference includes 0",
+            "policy_benchmarks": "harmbench_copyright,jbb_benign,xstest",
+            "capability_benchmarks": "advbench,harmbench_standard",
+        },
+        "agreed_spans": {
+            "max_swing": 0.05,
+            "benchmarks": "harmbench_standard,xstest",
+            "mean_delta": 0.31,
+            "ci_low": 0.25,
+            "ci_high": 0.37,
+        },
+        "span_scale": {
+            "harmbench_copyright": {
+                "small": {
+                    "n_branches": 10,
+                    "delta": 0.91,
+                    "phi": 0.05,
+                    "noise_range": 0.091,
+                    "excess": 0.819,
+                    "excess_ci_low": 0.7,
+                    "excess_ci_high": 0.9,
+                    "verdict": "exceeds noise: the span is wider than seed noise alone gives 10 runs",
+                },
+            },
+            COMPETENCE_FLAG[0]: {
+                COMPETENCE_FLAG[1]: {
+                    "n_branches": 10,
+                    "delta": 0.34,
+                    "phi": 0.05,
+                    "noise_range": 0.091,
+                    "excess": 0.249,
+                    "excess_ci_low": 0.1,
+                    "excess_ci_high": 0.3,
+                    "verdict": "competence: the policies agree on this benchmark ...",
+                },
+            },
+        },
+        "swing_vs_span": {
+            "all": {
+                "rho": SWING_RHO[0],
+                "p_value": 0.05,
+                "ci_low": SWING_RHO[1],
+                "ci_high": SWING_RHO[2],
+                "n_benchmarks": 5,
+                "swing_resampled": False,
+                "note": None,
+            },
+            "small": {"rho": 0.7, "p_value": 0.2, "ci_low": 0.1, "ci_high": 0.9, "n_benchmarks": 5},
+        },
         "rank_tests": {
             "policy_a_terminal": {
                 "small": {
-                    "harmbench_copyright": {"extreme": "top", "p_value": 0.004762},
-                    "advbench": {"extreme": "none", "p_value": 1.0},
+                    "harmbench_copyright": {
+                        "direction": "top",
+                        "extreme": "top",
+                        "p_value": 0.004762,
+                        "hit": True,
+                        "stability": 0.93,
+                    },
+                    "advbench": {"direction": "top", "extreme": "none", "p_value": None, "hit": False},
                 },
-                "large": {"harmbench_copyright": {"extreme": "none", "p_value": 1.0}},
+                "large": {
+                    "harmbench_copyright": {
+                        "direction": "top",
+                        "extreme": "none",
+                        "p_value": None,
+                        "hit": False,
+                    }
+                },
             }
+        },
+        "rank_chance": {
+            "alpha": 0.05,
+            "tests": 12,
+            "one_sided": 8,
+            "tests_that_can_hit": 12,
+            "hits": 1,
+            "expected_hits": 0.071,
+            "alpha_bound": 0.6,
+            "hit_list": "policy_a_terminal/small/harmbench_copyright",
         },
         "correlations": {
             "all": {
-                "policy": {"rho": 0.74, "p_value": 0.0012, "n_models": 22},
-                "capability": {"rho": 0.34, "p_value": 0.12, "n_models": 22},
+                "fingerprint": {
+                    "gold": {
+                        "policy": {"rho": 0.74, "p_value": 0.0012, "n_models": 22},
+                        "capability": {"rho": 0.34, "p_value": 0.12, "n_models": 22},
+                    },
+                    "val_policy_labels": {
+                        "policy": {"rho": 0.66, "p_value": 0.001, "n_models": 22},
+                        "capability": {"rho": 0.21, "p_value": 0.35, "n_models": 22},
+                    },
+                }
             },
             "small": {
-                "policy": {"rho": 0.7, "p_value": 0.02, "n_models": 12},
-                "capability": {"rho": None, "p_value": None, "n_models": 12},
+                "fingerprint": {
+                    "gold": {
+                        "policy": {"rho": 0.7, "p_value": 0.02, "n_models": 12},
+                        "capability": {"rho": None, "p_value": None, "n_models": 12},
+                    }
+                }
+            },
+        },
+        "competence": {
+            "max_swing": 0.05,
+            "min_unsafe": 0.9,
+            "benchmarks": "harmbench_standard",
+            "fingerprint": True,
+        },
+        "targets": {
+            "capture": {
+                "status": "not met",
+                "met": False,
+                "value": 0.41,
+                "threshold": 0.85,
+                "comparison": ">=",
+                "detail": "lowest 0.410 (large-E3 on harmbench_standard)",
+            },
+            "swing_rho": {
+                "status": "met",
+                "met": True,
+                "value": SWING_RHO[0],
+                "threshold": 0.6,
+                "comparison": ">=",
+                "detail": "Spearman ρ(swing, Δ) over 5 benchmarks",
+            },
+            "top_ranks": {
+                "status": "not measured",
+                "met": None,
+                "value": None,
+                "threshold": 1.0,
+                "comparison": "=",
+                "detail": "policy_a_terminal was not ranked",
+            },
+        },
+        "study": {
+            "load_contrast": {
+                "status": "contradicts",
+                "agrees": False,
+                "reading": "Contradicts the study, which found that policy-load spans are wider: here no.",
+            },
+            "swing_predicts_span": {
+                "status": "agrees",
+                "agrees": True,
+                "reading": "Agrees with the thesis (the swing predicts the spans): here yes.",
             },
         },
         "mapping_effect": {
@@ -262,8 +512,12 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> dict[str, str]:
             "set_name": "policy_a_terminal",
             "k": 4,
             "n": 10,
+            "direction": "top" if b in SWINGS and SWINGS[b] > 0.05 else "two-sided",
             "extreme": "top" if (b, scale) == ("harmbench_copyright", "small") else "none",
-            "p_value": 0.004762 if (b, scale) == ("harmbench_copyright", "small") else 1.0,
+            "p_value": 0.004762 if (b, scale) == ("harmbench_copyright", "small") else None,
+            "null_probability": 1 / 210 if b in SWINGS and SWINGS[b] > 0.05 else 2 / 210,
+            "hit": (b, scale) == ("harmbench_copyright", "small"),
+            "stability": 0.93 if (b, scale) == ("harmbench_copyright", "small") else None,
         }
         for b in BENCHMARKS
         for scale in SCALES
@@ -273,7 +527,19 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> dict[str, str]:
     pd.DataFrame(rank_rows).to_csv(analysis / "rank_test.csv", index=False)
     pd.DataFrame(
         [
-            {"scale": scale, "val_policy": "policy_a", "load": load, "rho": rho, "p_value": p, "n_models": n}
+            {
+                "scale": scale,
+                "val_policy": "policy_a",
+                "grouping": grouping,
+                "load": load,
+                "target": target,
+                "rho": rho,
+                "p_value": p,
+                "n_models": n,
+                "note": None if rho is not None else "the second variable is constant: rho undefined",
+            }
+            for grouping in ("fingerprint", "study")
+            for target in ("gold", "val_policy_labels")
             for scale, load, rho, p, n in [
                 ("all", "policy", 0.74, 0.0012, 22),
                 ("all", "capability", 0.34, 0.12, 22),
@@ -282,6 +548,7 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> dict[str, str]:
             ]
         ]
     ).to_csv(analysis / "correlations.csv", index=False)
+    write_issue14_tables(analysis)
     effect = []
     for model in models_table():
         for i, benchmark in enumerate(("jbb_benign", "wildguard_benign")):

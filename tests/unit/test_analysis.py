@@ -18,9 +18,11 @@ from helpers.synthetic_predictions import (
     stage_inputs,
     synthetic_items,
     synthetic_predictions,
+    write_fingerprint,
 )
 from sklearn.metrics import average_precision_score, f1_score
 
+from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, HEADLINE_COLUMNS
 from guardpolicy.analysis.scores import (
     DatasetMatrix,
     DrawStore,
@@ -32,6 +34,7 @@ from guardpolicy.analysis.scores import (
     scores_table,
 )
 from guardpolicy.analysis.sensitivity import (
+    SPAN_SCALE_COLUMNS,
     compute_spans,
     copyright_vs_noise,
     correlation_table,
@@ -45,7 +48,7 @@ from guardpolicy.analysis.stats import percentile_interval
 from guardpolicy.analysis.xstest import pair_consistency, type_over_refusal
 from guardpolicy.config import LoadConfig, load_params
 from guardpolicy.errors import InputError
-from guardpolicy.stages.analyse import analyse
+from guardpolicy.stages.analyse import analyse, warn_unregistered
 from guardpolicy.training import branches as plan_registry
 
 
@@ -277,13 +280,20 @@ def test_delta_and_phi_on_a_hand_made_table() -> None:
     assert copyright_row["delta_ci_low"] < 0.6 < copyright_row["delta_ci_high"]
     # One seed triple (small-E1 at 42/43/44): spread 0.3 - 0.1.
     assert copyright_row["phi"] == pytest.approx(0.2)
-    assert copyright_row["phi_median"] == pytest.approx(0.2)
-    assert copyright_row["n_triples"] == 1
-    assert (copyright_row["load"], copyright_row["primary_metric"]) == ("policy", "cap")
+    assert copyright_row["phi_max"] == pytest.approx(0.2)
+    assert copyright_row["n_recipes"] == 1
+    # No fingerprint: the analysis' own load is `other`; the study's lists give the second view.
+    assert (copyright_row["load"], copyright_row["study_load"]) == ("other", "policy")
+    assert copyright_row["primary_metric"] == "cap" and pd.isna(copyright_row["swing"])
     assert table.loc["jbb_benign", "primary_metric"] == "over_ref"
     assert table.loc["jbb_benign", "delta"] == pytest.approx((0.02 + 0.02) / 2)
     noise = noise_floor_table(spans, 0.95)
-    assert noise.iloc[0][["recipe", "benchmark", "seeds"]].tolist() == ["small-E1", "advbench", "42,43,44"]
+    assert noise.iloc[0][["recipe", "scale", "benchmark", "seeds"]].tolist() == [
+        "small-E1",
+        "small",
+        "advbench",
+        "42,43,44",
+    ]
     assert len(noise) == 3
 
     verdict = copyright_vs_noise(spans, "clean", "default", 0.95)
@@ -301,7 +311,7 @@ def test_phi_is_null_without_seed_groups() -> None:
     )
     spans = compute_spans(store, model_frame(plan), 42, LOAD, {})
     row = span_table(spans, 0.95).set_index("benchmark").loc["harmbench_copyright"]
-    assert pd.isna(row["phi"]) and row["n_triples"] == 0
+    assert pd.isna(row["phi"]) and row["n_recipes"] == 0
     assert noise_floor_table(spans, 0.95).empty
     verdict = copyright_vs_noise(spans, "clean", "default", 0.95)
     assert verdict["phi"] is None and verdict["verdict"] == "undetermined: no seed triples"
@@ -309,7 +319,7 @@ def test_phi_is_null_without_seed_groups() -> None:
 
 def test_load_contrast_sign_on_a_crafted_table() -> None:
     spans = compute_spans(_span_store(), model_frame(SPAN_PLAN), 42, LOAD, {})
-    contrast = load_contrast(spans, "clean", "default", 0.95)
+    contrast = load_contrast(spans, "clean", "default", 0.95, grouping="study")
     # policy: mean(0.6, 0.02) = 0.31; capability: advbench ranges small 0.01, large 0.02 -> 0.015.
     assert contrast["policy_mean_delta"] == pytest.approx(0.31)
     assert contrast["capability_mean_delta"] == pytest.approx(0.015)
@@ -319,7 +329,11 @@ def test_load_contrast_sign_on_a_crafted_table() -> None:
     assert contrast["policy_benchmarks"] == "harmbench_copyright,jbb_benign"
     swapped = LoadConfig(policy=("advbench",), capability=("harmbench_copyright", "jbb_benign"))
     reverse = load_contrast(
-        compute_spans(_span_store(), model_frame(SPAN_PLAN), 42, swapped, {}), "clean", "default", 0.95
+        compute_spans(_span_store(), model_frame(SPAN_PLAN), 42, swapped, {}),
+        "clean",
+        "default",
+        0.95,
+        grouping="study",
     )
     assert reverse["difference"] < 0 and reverse["verdict"] == "capability-load spans wider"
 
@@ -333,12 +347,24 @@ def test_rank_test_table_finds_the_terminal_set_on_top() -> None:
     store = store_from_points(
         models, {("harmbench_copyright", "cap"): points}, {"harmbench_copyright": "harmful"}
     )
-    table = rank_test_table(
-        store, model_frame(plan), 42, {"policy_a_terminal": ("E1", "E7", "E8", "E10")}, {}
-    )
+    sets = {"policy_a_terminal": ("E1", "E7", "E8", "E10")}
+    table = rank_test_table(store, model_frame(plan), 42, sets, {})
     row = table.iloc[0]
-    assert (row["extreme"], row["k"], row["n"]) == ("top", 4, 10)
-    assert row["p_value"] == pytest.approx(1 / 210)
+    assert (row["extreme"], row["k"], row["n"], row["direction"]) == ("top", 4, 10, "two-sided")
+    # No direction fixed beforehand: two-sided, 2 / C(10, 4).
+    assert row["p_value"] == pytest.approx(2 / 210) and row["null_probability"] == pytest.approx(2 / 210)
+    assert row["hit"]  # 0.0095 <= alpha 0.05
+    # The gap (0.9 vs 0.5 at most outside) dwarfs the replicate noise (sd 0.005): every replicate holds.
+    assert row["stability"] == pytest.approx(1.0)
+    directed = rank_test_table(
+        store, model_frame(plan), 42, sets, {}, {"policy_a_terminal": {"harmbench_copyright": "top"}}
+    ).iloc[0]
+    assert (directed["direction"], directed["p_value"]) == ("top", pytest.approx(1 / 210))
+    # Fixed the other way beforehand: the set is on top, so the one-sided test has no hit.
+    wrong = rank_test_table(
+        store, model_frame(plan), 42, sets, {}, {"policy_a_terminal": {"harmbench_copyright": "bottom"}}
+    ).iloc[0]
+    assert wrong["extreme"] == "top" and pd.isna(wrong["p_value"]) and not wrong["hit"]
 
 
 def test_correlations_follow_the_data_and_are_null_when_constant() -> None:
@@ -358,14 +384,35 @@ def test_correlations_follow_the_data_and_are_null_when_constant() -> None:
     store.draws[("split:val", "full", "default", "acc_policy_a")] = store.draws.pop(
         ("split:val", "clean", "default", "acc_policy_a")
     )
-    table = correlation_table(store, model_frame(plan), 42, LOAD, "val", "policy_a", "clean", "default")
-    by = table.set_index(["scale", "load"])
+    groupings = {"study": {"policy": ["harmbench_copyright"], "capability": ["advbench"]}}
+    table = correlation_table(store, model_frame(plan), 42, groupings, "val", "policy_a", "clean", "default")
+    by = table[table["target"] == "gold"].set_index(["scale", "load"])
     assert by.loc[("small", "policy"), "rho"] == pytest.approx(0.9)
     assert by.loc[("all", "policy"), "n_models"] == 5
     assert (
         pd.isna(by.loc[("small", "capability"), "rho"])
         and "constant" in by.loc[("small", "capability"), "note"]
     )
+    # Without the VAL policy's per-prompt labels that target is null, with the reason.
+    policy_rows = table[table["target"] == "val_policy_labels"]
+    assert (
+        policy_rows["rho"].isna().all()
+        and (policy_rows["note"] == "no per-prompt labels of 'policy_a'").all()
+    )
+    # With them: agreement with policy_a's labels on harmbench_copyright, decreasing in VAL -> rho = -1.
+    labelled = correlation_table(
+        store,
+        model_frame(plan),
+        42,
+        groupings,
+        "val",
+        "policy_a",
+        "clean",
+        "default",
+        policy_agreement={"harmbench_copyright": np.array([0.9, 0.8, 0.7, 0.6, 0.5])},
+    )
+    row = labelled.set_index(["scale", "target", "load"]).loc[("small", "val_policy_labels", "policy")]
+    assert row["rho"] == pytest.approx(-1.0) and row["grouping"] == "study"
 
 
 def test_mapping_effect_is_the_change_of_over_refusal() -> None:
@@ -414,11 +461,16 @@ def test_pair_consistency_and_type_over_refusal_on_a_crafted_slice() -> None:
 EXPECTED_FILES = {
     "scores.csv": "model,kind,scale,branch,seed,recipe,benchmark,subset,mapping,metric,value,ci_low,ci_high,"
     "interval,n",
-    "span.csv": "benchmark,subset,mapping,load,primary_metric,delta,delta_ci_low,delta_ci_high,range_large,"
-    "range_small,phi,phi_ci_low,phi_ci_high,phi_median,n_triples",
-    "noise_floor.csv": "recipe,benchmark,subset,mapping,seeds,spread,ci_low,ci_high",
-    "rank_test.csv": "benchmark,scale,subset,mapping,set_name,k,n,extreme,p_value",
-    "correlations.csv": "scale,val_policy,load,rho,p_value,n_models,note",
+    "span.csv": "benchmark,subset,mapping,load,study_load,swing,primary_metric,delta,delta_ci_low,"
+    "delta_ci_high,range_large,range_small,phi,phi_ci_low,phi_ci_high,phi_max,n_recipes",
+    "span_scale.csv": ",".join(SPAN_SCALE_COLUMNS),
+    "noise_floor.csv": "recipe,scale,benchmark,subset,mapping,seeds,spread,ci_low,ci_high",
+    "swing_vs_span.csv": "scale,n_benchmarks,benchmarks,rho,p_value,ci_low,ci_high,swing_resampled,note",
+    "rank_test.csv": "benchmark,scale,subset,mapping,set_name,k,n,direction,extreme,p_value,null_probability,"
+    "hit,stability",
+    "correlations.csv": "scale,val_policy,grouping,load,target,rho,p_value,n_models,note",
+    "headline.csv": ",".join(HEADLINE_COLUMNS),
+    "competence.csv": ",".join(COMPETENCE_COLUMNS),
     "mapping_effect.csv": "model,benchmark,subset,over_ref_default,over_ref_boundary_unsafe,change",
     "xstest.csv": "model,subset,xstest_type,n,over_ref,ci_low,ci_high",
     "xstest_pairs.csv": "model,subset,pairs,consistent,consistency,ci_low,ci_high",
@@ -427,22 +479,17 @@ EXPECTED_FILES = {
 
 def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
     params_file, eval_dir, plan = stage_inputs(tmp_path)
-    fingerprint = tmp_path / "fingerprint.csv"
-    fingerprint.write_text(
-        "benchmark,policy,labeler,n,agree,agreement,ci_low,ci_high\n"
-        "harmbench_copyright,policy_a,rules,100,100,1.0,0.96,1.0\n"
-        "harmbench_copyright,policy_b,rules,100,3,0.03,0.01,0.08\n",
-        encoding="utf-8",
-    )
+    fingerprint = write_fingerprint(tmp_path / "fingerprint", eval_dir)
     out = tmp_path / "analysis"
-    summary = analyse(
+    kwargs = dict(
         params_file=str(params_file),
         eval_dir=str(eval_dir),
         registry_file=str(REGISTRY),
-        fingerprint_file=str(fingerprint),
         out_dir=str(out),
         evaluations=plan,
+        **fingerprint,
     )
+    summary = analyse(**kwargs)
     for name, header in EXPECTED_FILES.items():
         lines = (out / name).read_text(encoding="utf-8").splitlines()
         assert lines[0] == header, name
@@ -453,16 +500,48 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
     assert set(written["span"]) == {"advbench", "harmbench_copyright", "jbb_benign", "xstest"}
     assert written["span"]["xstest"]["metric"] == "over_ref"
     assert written["span"]["harmbench_copyright"]["phi"] is not None
+    # The fingerprint's grouping (swing 1 vs 0 around the 0.2 threshold) beside the study's.
+    assert {b: e["load"] for b, e in written["span"].items()} == {
+        "advbench": "capability",
+        "harmbench_copyright": "policy",
+        "jbb_benign": "policy",
+        "xstest": "capability",
+    }
+    assert written["span"]["advbench"]["study_load"] == "capability"
+    assert written["load_contrast"]["grouping"] == "fingerprint"
+    assert written["load_contrast"]["capability_benchmarks"] == "advbench,xstest"
+    assert written["load_contrast_study"]["capability_benchmarks"] == "advbench"
     assert written["copyright_vs_noise"]["verdict"]
-    assert written["load_contrast"]["capability_benchmarks"] == "advbench"
+    assert written["agreed_spans"]["benchmarks"] == "advbench,xstest"
+    assert written["competence"]["benchmarks"] == "advbench"
+    assert written["swing_vs_span"]["all"]["n_benchmarks"] == 4
+    assert written["swing_vs_span"]["all"]["swing_resampled"] is False
+    assert set(written["span_scale"]["harmbench_copyright"]) == {"small", "large"}
+    # Seed repeats exist at the small scale only: the large scale has no Φ to compare with.
+    assert written["span_scale"]["harmbench_copyright"]["large"]["verdict"].startswith("undetermined")
     assert written["rank_tests"]["policy_a_terminal"]["small"]["advbench"]["extreme"] in (
         "top",
         "bottom",
         "none",
     )
-    assert written["correlations"]["all"]["policy"]["n_models"] == 10
-    assert written["fingerprint"] == {"harmbench_copyright": {"policy_a": 1.0, "policy_b": 0.03}}
+    assert written["rank_tests"]["policy_a_terminal"]["small"]["harmbench_copyright"]["direction"] == "top"
+    assert written["rank_chance"]["tests"] > 0
+    assert written["correlations"]["all"]["fingerprint"]["gold"]["policy"]["n_models"] == 10
+    assert written["correlations"]["all"]["study"]["val_policy_labels"]["policy"]["n_models"] == 10
+    assert written["fingerprint"]["harmbench_copyright"] == {"policy_a": 1.0, "policy_b": 0.0}
     assert written["mapping_effect"]["largest_benchmark"] in ("jbb_benign", "xstest")
+    assert set(written["targets"]) == {
+        "capture",
+        "over_refusal",
+        "copyright_phi",
+        "copyright_delta",
+        "agree_mean_delta",
+        "swing_rho",
+        "top_ranks",
+    }
+    # The capture target's sets (harmbench_standard, ...) were not evaluated here: not measured.
+    assert written["targets"]["capture"]["status"] == "not measured"
+    assert all(entry["reading"] for entry in written["study"].values())
 
     def no_number_lists(node: Any) -> None:
         if isinstance(node, dict):
@@ -477,17 +556,34 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
     assert len(scores[scores["benchmark"] == "mean:harmful"]) == 13 * 2 * 2
     assert set(scores.loc[scores["benchmark"] == "mean:benign", "metric"]) == {"over_ref"}
     assert set(scores["interval"]) == {"bootstrap", "wilson"}
+    headline = pd.read_csv(out / "headline.csv")
+    # Capability-only CAP: advbench alone in both groupings (xstest is mixed), for each of the 13 models.
+    assert len(headline) == 13 * 2 and set(headline["benchmarks"]) == {"advbench"}
+    advbench = scores[
+        (scores["benchmark"] == "advbench")
+        & (scores["metric"] == "cap")
+        & (scores["subset"] == "clean")
+        & (scores["mapping"] == "default")
+    ].set_index("model")["value"]
+    pd.testing.assert_series_equal(
+        headline[headline["grouping"] == "fingerprint"].set_index("model")["cap"],
+        advbench.loc[sorted(plan)],
+        check_names=False,
+        atol=1e-6,
+    )
+    assert headline["auroc"].between(0, 1).all() and headline["threshold"].notna().all()
+    competence = pd.read_csv(out / "competence.csv")
+    assert set(competence["benchmark"]) == {"advbench", "mean:agreed_unsafe"}
     # Deterministic: a second run writes byte-identical files.
     first = {name: (out / name).read_bytes() for name in [*EXPECTED_FILES, "summary.json"]}
-    analyse(
-        params_file=str(params_file),
-        eval_dir=str(eval_dir),
-        registry_file=str(REGISTRY),
-        fingerprint_file=str(fingerprint),
-        out_dir=str(out),
-        evaluations=plan,
-    )
+    analyse(**kwargs)
     assert first == {name: (out / name).read_bytes() for name in first}
+    # The per-prompt labels are required with a fingerprint; their absence names the file and the stage.
+    (tmp_path / "fingerprint" / "fingerprint_labels.parquet").unlink()
+    with pytest.raises(
+        InputError, match=r"fingerprint_labels.parquet: file not found.*dvc repro fingerprint"
+    ):
+        analyse(**kwargs)
 
 
 def test_analyse_names_a_missing_predictions_file_and_column(tmp_path: Path) -> None:
@@ -538,4 +634,21 @@ def test_analyse_names_a_missing_predictions_file_and_column(tmp_path: Path) -> 
     )
     assert "fingerprint" not in summary and summary["benchmarks"] == 1
     assert (out / "xstest.csv").read_text(encoding="utf-8").splitlines() == [EXPECTED_FILES["xstest.csv"]]
-    assert summary["load_contrast"]["verdict"] == "undetermined: no capability-load benchmark with a span"
+    assert summary["load_contrast"]["verdict"].startswith("undetermined: no fingerprint swing")
+    assert (
+        summary["load_contrast_study"]["verdict"] == "undetermined: no capability-load benchmark with a span"
+    )
+    assert summary["competence"]["fingerprint"] is False and summary["swing_vs_span"]["all"]["rho"] is None
+
+
+def test_benchmarks_named_in_params_but_not_registered_are_logged(tmp_path: Path, caplog) -> None:
+    params_file, _, _ = stage_inputs(tmp_path, {"harmbench_copyright": 4, "split:val": 4})
+    params = load_params(params_file)
+    with caplog.at_level("WARNING", logger="guardpolicy.stages.analyse"):
+        warn_unregistered(
+            params, {"harmbench_copyright": "all_unsafe", "advbench": "all_unsafe"}, "params.yaml"
+        )
+    logged = caplog.text
+    assert "analysis.rank_direction.policy_a_terminal.jbb_benign: 'jbb_benign' is not in" in logged
+    assert "analysis.targets.capture_benchmarks[0]: 'harmbench_standard'" in logged
+    assert "advbench" not in logged and "'harmbench_copyright'" not in logged

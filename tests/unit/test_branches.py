@@ -57,9 +57,15 @@ def test_real_registry_plans_twenty_models_with_their_init_dirs() -> None:
     assert set(order) == {f"E{i}" for i in range(1, 11)}
     assert order.index("E2") < min(order.index(b) for b in HEAD_BRANCHES)
     plan = registry.plan_models(params)
-    # 2 scales x 10 branches, plus the default noise floor: E8 at seeds 43 and 44, small scale only.
-    assert len(plan) == 22
-    assert {name for name, entry in plan.items() if entry["seed"] != 42} == {"small-E8-s43", "small-E8-s44"}
+    # 2 scales x 10 branches, plus the default noise floor: E2, E7 and E8 at seeds 43 and 44 at both scales.
+    assert len(plan) == 32
+    assert {name for name, entry in plan.items() if entry["seed"] != 42} == {
+        f"{scale}-{branch}-s{seed}"
+        for scale in ("small", "large")
+        for branch in ("E2", "E7", "E8")
+        for seed in (43, 44)
+    }
+    assert plan["large-E7-s43"]["init_dir"] == "models/large-E2-s43"
     for scale in ("small", "large"):
         for i in range(1, 11):
             entry = plan[f"{scale}-E{i}"]
@@ -198,8 +204,8 @@ def test_evaluation_plan_covers_teachers_and_models_and_reuses_frozen_backbones(
             assert evaluations[f"{scale}-{branch}"]["features"] == f"data/features/{scale}-E2.npz"
         assert evaluations[f"{scale}-E8"]["features"] == f"models/{scale}-E8"
     assert document["feature_models"] == {
-        "large-E2": {"model_dir": "models/large-E2"},
-        "small-E2": {"model_dir": "models/small-E2"},
+        "large-E2": {"model_dir": "models/large-E2", "scale": "large"},
+        "small-E2": {"model_dir": "models/small-E2", "scale": "small"},
     }
     no_reuse = registry.plan_document(_params(lambda d: d["evaluation"].update(reuse_frozen_backbone=False)))
     assert no_reuse["feature_models"] == {}
@@ -238,11 +244,11 @@ def test_committed_plan_is_current() -> None:
 def test_recipe_fields_follow_branch_then_profile() -> None:
     params = load_params(PARAMS)
     e1 = registry.recipe_fields(
-        params, seed=42, trainable="heads", epochs=2, learning_rate=1e-3, distill_alpha=None
+        params, scale="small", seed=42, trainable="heads", epochs=2, learning_rate=1e-3, distill_alpha=None
     )
     assert (e1["epochs"], e1["learning_rate"], e1["trainable"]) == (2, 1e-3, "heads")
     e2 = registry.recipe_fields(
-        params, seed=7, trainable="full", epochs=None, learning_rate=None, distill_alpha=0.5
+        params, scale="large", seed=7, trainable="full", epochs=None, learning_rate=None, distill_alpha=0.5
     )
     assert (e2["epochs"], e2["learning_rate"], e2["seed"]) == (
         params.active.epochs,

@@ -16,10 +16,11 @@ from helpers.paths import FIXTURES, MIRROR, REPO_ROOT
 
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import read_json, sha256_file
+from guardpolicy.labeling import load_policy
 from guardpolicy.pool.build import allocate, merge_duplicates, prompt_id
 from guardpolicy.pool.generate import compose, generate_from_templates
 from guardpolicy.pool.loaders import acquire_files, load_source
-from guardpolicy.pool.registry import PoolSource, parse_pool_registry
+from guardpolicy.pool.registry import PoolSource, parse_pool_registry, template_fields
 from guardpolicy.pool.rows import Candidate
 from guardpolicy.stages.labels import label
 from guardpolicy.stages.pool import build
@@ -387,6 +388,205 @@ def test_compose_jailbreak_payload_fills_placeholder_or_end() -> None:
     assert again == rows
     empty, reason = compose(registry["wrapped"], cell, {"jailbreaks": loaded["jailbreaks"]}, seed=3)
     assert empty == [] and "harmful" in (reason or "")
+
+
+def _benign_wrapped(**compose: Any) -> dict[str, Any]:
+    """A jailbreak template around an everyday request (adversarial benign): no harmful part, no span."""
+    return {
+        "kind": "generated",
+        "description": "d",
+        "license": "CC0",
+        "weight": 1.0,
+        "facts": ["jailbreak_wrapper", "benign_request"],
+        "pillars": ["prompt_attack"],
+        "compose": {
+            "mode": "jailbreak_payload",
+            "payload_facts": ["benign_request"],
+            "carrier_sources": ["jailbreaks"],
+            "payload_sources": ["chat", "harmful"],
+            "count": 4,
+            "max_carrier_chars": 1000,
+            "placeholders": ["[INSERT PROMPT HERE]", "[PROMPT]"],
+            "separator": "\n\n",
+            **compose,
+        },
+    }
+
+
+def _benign_registry_sources(**compose: Any) -> dict[str, Any]:
+    sources = {k: v for k, v in fixture_sources().items() if k in ("jailbreaks", "harmful", "chat")}
+    return {**sources, "benign_wrapped": _benign_wrapped(**compose)}
+
+
+def test_compose_benign_payload_has_no_span_and_only_benign_requests() -> None:
+    registry = parse(_benign_registry_sources())
+    loaded = {"jailbreaks": load("jailbreaks"), "harmful": load("harmful"), "chat": load("chat")}
+    source = registry["benign_wrapped"]
+    cell = source.compose
+    assert cell is not None and not cell.harmful_payload
+    assert cell.payload_source_names == ("chat", "harmful")
+    rows, reason = compose(source, cell, loaded, seed=3)
+    chat = {c.prompt for c in loaded["chat"]}
+    assert reason is None and len(rows) == 4
+    for row in rows:
+        assert row.span is None
+        assert row.facts == ("benign_request", "jailbreak_wrapper")
+        assert row.pillars == ("prompt_attack",)  # the chat requests carry none
+        # The payload is one of the chat requests (the harmful rows' facts are not [benign_request]).
+        assert any(request in row.prompt for request in chat)
+        assert not any(c.prompt in row.prompt for c in loaded["harmful"])
+        assert "[INSERT PROMPT HERE]" not in row.prompt
+    empty, reason = compose(source, cell, {"jailbreaks": loaded["jailbreaks"]}, seed=3)
+    assert empty == [] and reason == "no payload prompts loaded from ['chat', 'harmful']"
+
+
+def test_compose_defaults_to_a_harmful_payload() -> None:
+    cell = parse(fixture_sources())["compound"].compose
+    assert cell is not None
+    assert cell.payload_facts == ("harmful_request",) and cell.harmful_payload
+    assert cell.payload_source_names == ("harmful", "questions")
+
+
+@pytest.mark.parametrize(
+    ("compose_keys", "facts", "expected"),
+    [
+        (
+            {"payload_facts": ["toxic_content"]},
+            None,
+            r"sources.benign_wrapped.compose.payload_facts: \['toxic_content'\] is not a payload fact set",
+        ),
+        (
+            {"payload_facts": ["benign_requests"]},
+            None,
+            r"sources.benign_wrapped.compose.payload_facts: unknown fact\(s\) \['benign_requests'\]",
+        ),
+        (
+            {"payload_facts": ["benign_request", "sensitive_topic"]},
+            ["jailbreak_wrapper", "benign_request", "sensitive_topic"],
+            r"sources.benign_wrapped.compose.payload_facts: .* is not a payload fact set",
+        ),
+        (
+            {},
+            ["jailbreak_wrapper", "benign_request", "composed"],
+            r"sources.benign_wrapped.facts: a composition with a benign payload .* not carry \['composed'\]",
+        ),
+        (
+            {"payload_facts": ["sensitive_topic"]},
+            None,
+            r"sources.benign_wrapped.facts: .* must carry the facts .* \(missing \['sensitive_topic'\]\)",
+        ),
+        (
+            {"harmful_sources": ["chat"], "payload_sources": []},
+            None,
+            r"sources.benign_wrapped.compose: harmful_sources is for payload_facts \['harmful_request'\]",
+        ),
+        (
+            {"payload_sources": []},
+            None,
+            r"sources.benign_wrapped.compose: compose needs exactly one of harmful_sources, payload_sources",
+        ),
+        ({"payload_sources": ["nope"]}, None, r"sources.benign_wrapped.compose names 'nope'"),
+    ],
+    ids=[
+        "not-a-payload-set",
+        "unknown-fact",
+        "two-facts",
+        "composed-fact",
+        "payload-fact-missing",
+        "harmful-sources-for-benign",
+        "no-payload-sources",
+        "unknown-source",
+    ],
+)
+def test_registry_rejects_a_bad_benign_payload(
+    compose_keys: dict[str, Any], facts: list[str] | None, expected: str
+) -> None:
+    sources = _benign_registry_sources(**compose_keys)
+    if facts is not None:
+        sources["benign_wrapped"]["facts"] = facts
+    with pytest.raises(ConfigError, match=expected):
+        parse(sources)
+
+
+def test_a_harmful_composition_still_needs_the_composed_fact() -> None:
+    sources = copy.deepcopy(fixture_sources())
+    sources["compound"]["facts"] = ["benign_request", "harmful_request"]
+    with pytest.raises(ConfigError, match=r"sources.compound.facts: a compose source must carry the fact"):
+        parse(sources)
+
+
+# ---------------------------------------------------------------------- the project's contrast cells
+
+FLIP_BENIGN_SIDE = ("intent_flip_benign", "intent_flip_sensitive")
+FLIP_HARMFUL_SIDE = "intent_flip_harmful"
+
+
+def _project_registry() -> dict[str, PoolSource]:
+    return parse(yaml.safe_load((REPO_ROOT / "data" / "pool.yaml").read_text(encoding="utf-8"))["sources"])
+
+
+def test_intent_flip_sources_pair_up() -> None:
+    """Group i of intent_flip_harmful is the i-th benign-side group (intent_flip_benign's, then
+    intent_flip_sensitive's) with the same filler lists and the same templates, {x.harm} for {x.safe}."""
+    registry = _project_registry()
+    harmful = registry[FLIP_HARMFUL_SIDE].templates
+    assert harmful is not None
+    benign_groups = []
+    for name in FLIP_BENIGN_SIDE:
+        cell = registry[name].templates
+        assert cell is not None
+        benign_groups += [(cell, group) for group in cell.groups]
+    assert len(benign_groups) == len(harmful.groups) >= 10
+    for (cell, benign), flipped in zip(benign_groups, harmful.groups, strict=True):
+        assert [t.replace(".safe}", ".harm}") for t in benign.templates] == list(flipped.templates)
+        for template in benign.templates:
+            for field_name in template_fields(template):
+                filler, _, key = field_name.partition(".")
+                assert key == "safe"
+                assert cell.fillers[filler] == harmful.fillers[filler]  # the same topics, one list
+                assert all({"safe", "harm"} <= set(item) for item in cell.fillers[filler])
+    sizes = {
+        name: len(generate_from_templates(registry[name], registry[name].templates))
+        for name in (*FLIP_BENIGN_SIDE, FLIP_HARMFUL_SIDE)
+    }
+    assert sizes[FLIP_HARMFUL_SIDE] == sizes["intent_flip_benign"] + sizes["intent_flip_sensitive"] >= 300
+    # Distinct prompts on each side, and no prompt on both (every record's two variants differ).
+    benign_rows = [
+        r
+        for name in FLIP_BENIGN_SIDE
+        for r in generate_from_templates(registry[name], registry[name].templates)
+    ]
+    harmful_rows = generate_from_templates(registry[FLIP_HARMFUL_SIDE], harmful)
+    assert len({r.prompt for r in benign_rows}) == len(benign_rows)
+    assert not {r.prompt for r in benign_rows} & {r.prompt for r in harmful_rows}
+
+
+@pytest.mark.parametrize(
+    ("source", "policy_a", "policy_b"),
+    [
+        ("intent_flip_benign", ("GENERIC_SAFE", "default"), ("GENERIC_SAFE", "default")),
+        ("intent_flip_sensitive", ("BOUNDARY_SAFE", "sensitive_topic"), ("BOUNDARY_SAFE", "sensitive_topic")),
+        ("intent_flip_harmful", ("HARMFUL", "harmful_request"), ("HARMFUL", "harmful_request")),
+        (
+            "roleplay_sensitive_questions",
+            ("BOUNDARY_SAFE", "sensitive_topic"),
+            ("BOUNDARY_SAFE", "sensitive_topic"),
+        ),
+        (
+            "jailbreak_benign_payload",
+            ("COMPOUND", "jailbreak_wrapper"),
+            ("BOUNDARY_SAFE", "jailbreak_without_payload"),
+        ),
+    ],
+)
+def test_new_cells_get_the_intended_class_under_each_policy(
+    source: str, policy_a: tuple[str, str], policy_b: tuple[str, str]
+) -> None:
+    entry = _project_registry()[source]
+    for name, expected in (("policy_a", policy_a), ("policy_b", policy_b)):
+        policy = load_policy(REPO_ROOT / "data" / "policies" / f"{name}.yaml", TAXONOMY)
+        rule, outcome = policy.decide(frozenset(entry.facts), frozenset(entry.pillars), frozenset({source}))
+        assert (outcome.coarse, rule) == expected, name
 
 
 # ------------------------------------------------------------------------------------------ the user's pool

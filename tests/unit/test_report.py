@@ -10,6 +10,7 @@ import pytest
 from helpers.synthetic_run import (
     BENCHMARKS,
     BRANCHES,
+    CAPABILITY_CAP,
     COPY_SMALL_E8,
     MEAN_CI,
     models_table,
@@ -45,10 +46,14 @@ def test_sections_in_order(run):
     headings = [
         "# Policy vs capability",
         "## Reading",
+        "## Targets (issue 14)",
         "## Table 1",
         "### Branches",
         "## Scores per benchmark",
+        "## Competence on the benchmarks both policies call unsafe",
         "## Label-supervision span",
+        "### Per scale: Δ against the seed noise of as many runs",
+        "### The fingerprint's swing against Δ",
         "## Contamination",
         "## Binary mapping effect",
         "## Rank tests",
@@ -81,8 +86,26 @@ def test_reading_states_intervals_and_conclusions(run):
     assert "0.940 [0.880, 0.980]: its interval lies above 0" in reading
     # The load contrast's difference straddles 0: no claim either way.
     assert "0.060 [-0.080, 0.190]: its interval includes 0" in reading
-    assert "`harmbench_copyright` (top, p = 0.00476)" in reading
-    assert "policy-load ρ = 0.740 (p = 0.0012, 22 models)" in reading
+    assert "`harmbench_copyright` (top, tested top, p = 0.00476, stable in 93.0% of resamples)" in reading
+    assert (
+        "1 hit(s) at p ≤ 0.05, where chance alone gives 0.07 expected (at most 0.60 = tests × α)" in reading
+    )
+    assert "agreement with the gold: policy-load ρ = 0.740 (p = 0.0012, 22 models)" in reading
+    assert "agreement with `policy_a`'s labels: policy-load ρ = 0.660 (p = 0.001, 22 models)" in reading
+    # Both load groupings: the fingerprint's, then the study's as a second view.
+    assert reading.index("Grouped by the policy fingerprint's swing") < reading.index(
+        "Grouped as the study did"
+    )
+    # The copyright span per scale against the noise of as many runs.
+    assert "seed noise alone over 10 runs ≈ 0.091, Δ minus that 0.819 [0.700, 0.900]" in reading
+    # Swing vs span, with its interval and what is resampled.
+    assert "Δ_b is 0.810 [0.420, 0.970] (p = 0.05; the interval resamples each benchmark's prompts" in reading
+    assert "swing held fixed" in reading
+    # The competence verdict names the benchmark the policies agree on whose span exceeds the noise.
+    assert "could be competence rather than policy: `harmbench_standard` at the small scale" in reading
+    # Contradictions of the study are said in words.
+    assert "- **Contradicts the study, which found that policy-load spans are wider: here no.**" in reading
+    assert "- Agrees with the thesis" in reading
     assert "`salad_base`" in reading  # missing benchmark caveat
     assert "`harmbench_standard` (n = 40)" in reading  # small-set caveat
     assert "noise floor comes from the 1 recipe(s)" in reading and "`small-E8`" in reading
@@ -107,12 +130,16 @@ def test_table1_numbers(run):
     ]["value"].mean()
     val = clean[clean["metric"] == "acc_policy_b"].iloc[0]
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
-    # CAP and OVER-REF: the analysis' means with their intervals, in their own columns.
-    assert cells[1] == f"{cap:.3f} [{cap - MEAN_CI[0]:.3f}, {cap + MEAN_CI[1]:.3f}]"
-    assert cells[2] == f"{over_ref:.3f} [{over_ref - MEAN_CI[0]:.3f}, {over_ref + MEAN_CI[1]:.3f}]"
+    # The headline CAP over the capability-load sets only, AUROC and CAP at the matched over-refusal.
+    low, high = CAPABILITY_CAP - 0.05, CAPABILITY_CAP + 0.05
+    assert cells[1:4] == [f"{CAPABILITY_CAP:.3f} [{low:.3f}, {high:.3f}]", "0.654", "0.321"]
+    # CAP over all harmful sets and OVER-REF: the analysis' means with their intervals, in their own columns.
+    assert cells[4] == f"{cap:.3f} [{cap - MEAN_CI[0]:.3f}, {cap + MEAN_CI[1]:.3f}]"
+    assert cells[5] == f"{over_ref:.3f} [{over_ref - MEAN_CI[0]:.3f}, {over_ref + MEAN_CI[1]:.3f}]"
     assert "no interval" not in small and "mean of" not in small
     legend = _section(text, "## Table 1")
-    assert "3 harmful sets (`advbench`, `harmbench_copyright`, `harmbench_standard`)" in legend
+    assert "capability-load harmful sets only (fingerprint grouping: `harmbench_standard`)" in legend
+    assert "all 3 harmful sets (`advbench`, `harmbench_copyright`, `harmbench_standard`)" in legend
     assert (
         "2 benign sets (`jbb_benign`, `wildguard_benign`)" in legend and "(`xstest`) are in neither" in legend
     )
@@ -131,8 +158,12 @@ def test_per_benchmark_span_and_contamination(run):
     span = _section(text, "## Label-supervision span")
     assert "0.900 [0.860, 0.940]" in _row(span, "harmbench_copyright")  # Δ of the first benchmark
     assert "0.050 [0.030, 0.070]" in _row(span, "harmbench_copyright")  # its Φ
+    assert "| harmbench_copyright | policy | policy | 1.000 | cap |" in span  # load, study load, swing
     wildguard = _row(span, "wildguard_benign")
-    assert wildguard.count("—") >= 2  # no seed triple: Φ and its median absent, not zero
+    assert wildguard.count("—") >= 3  # no swing, no seed recipe: Φ and its max absent, not zero
+    per_scale = _row(span[span.index("### Per scale") :], "harmbench_standard")
+    assert per_scale.endswith("| 0.249 [0.190, 0.290] | competence |")
+    assert "| all | 5 | 0.810 [0.420, 0.970] | 0.05 |" in span
     loads = [
         line.split("|")[2].strip()
         for line in span.splitlines()
@@ -154,10 +185,21 @@ def test_mapping_rank_correlation_xstest_fingerprint_agreement(run):
     assert "jbb_benign: 0.100 → 0.421 (+0.321)" in mapping
     assert "`small-E3` on `jbb_benign`, +0.321; mean change +0.087" in mapping
     rank = _section(text, "## Rank tests")
-    assert "| policy_a_terminal | small | harmbench_copyright | 4 of 10 | top | 0.00476 |" in rank
+    assert (
+        "| policy_a_terminal | small | harmbench_copyright | 4 of 10 | top | top | 0.00476 | 0.00476 | yes "
+        "| 93.0% |" in rank
+    )
+    assert (
+        "| policy_a_terminal | large | xstest | 4 of 10 | two-sided | none | — | 0.00952 | no | — |" in rank
+    )
+    assert "Hits expected by chance over the 12 tests: 0.07" in rank
     correlations = _section(text, "## Spearman correlations")
-    assert "| all | policy_a | policy | 0.740 | 0.0012 | 22 |" in correlations
-    assert "| small | policy_a | capability | — | — | 12 |" in correlations
+    assert "| all | fingerprint | gold | policy | 0.740 | 0.0012 | 22 | — |" in correlations
+    assert "| all | study | val_policy_labels | capability | 0.340 | 0.12 | 22 | — |" in correlations
+    assert (
+        "| small | fingerprint | gold | capability | — | — | 12 | the second variable is constant"
+        in correlations
+    )
     xstest = _section(text, "## XSTest")
     assert "0.750 [0.690, 0.810] (150/200)" in xstest and "figurative_language" in xstest
     fingerprint = _section(text, "## Policy fingerprint")
@@ -206,7 +248,7 @@ def test_optional_inputs_absent(tmp_path):
     assert f"The heatmap `{kwargs['agreement_heatmap']}` is absent." in text
     # The analysis writes a header-only noise floor when no recipe has several seeds.
     floor = Path(kwargs["analysis_dir"]) / "noise_floor.csv"
-    floor.write_text("recipe,benchmark,subset,mapping,seeds,spread,ci_low,ci_high\n", encoding="utf-8")
+    floor.write_text("recipe,scale,benchmark,subset,mapping,seeds,spread,ci_low,ci_high\n", encoding="utf-8")
     text = report(**kwargs)
     assert f"The seed noise floor table `{floor}` has no rows" in text
     assert "no recipe at several seeds, so no seed noise floor backs the spans" in text
@@ -218,6 +260,7 @@ def test_noise_floor_table_when_present(tmp_path):
         [
             {
                 "recipe": "small-E8",
+                "scale": "small",
                 "benchmark": "xstest",
                 "subset": "clean",
                 "mapping": "default",
@@ -229,14 +272,51 @@ def test_noise_floor_table_when_present(tmp_path):
         ]
     ).to_csv(Path(kwargs["analysis_dir"]) / "noise_floor.csv", index=False)
     text = report(**kwargs)
-    assert "| small-E8 | xstest | 42;43;44 | 0.061 [0.020, 0.100] |" in text
+    assert "| small-E8 | small | xstest | 42;43;44 | 0.061 [0.020, 0.100] |" in text
     assert "is absent" not in _section(text, "## Label-supervision span")
+
+
+def test_targets_and_competence_sections(run):
+    _, text = run
+    targets = _section(text, "## Targets (issue 14)")
+    assert "1 of 3 targets met" in targets
+    assert (
+        "| capture | not met | 0.410 | >= 0.85 | lowest 0.410 (large-E3 on harmbench_standard) |" in targets
+    )
+    assert "| top_ranks | not measured | — | = 1.00 | policy_a_terminal was not ranked |" in targets
+    competence = _section(text, "## Competence on the benchmarks both policies call unsafe")
+    rows = [line for line in competence.splitlines() if line.startswith("| ") and "kind" not in line]
+    # Teachers first, then the branches by scale (params order) and natural branch order, seeds kept.
+    assert rows[0].startswith("| teacher | large | teacher-policy_a | 42 |")
+    assert rows[2].startswith("| branch | small | E1 | 42 |")
+    assert "| branch | small | E8 | 43 |" in competence
+    assert _row(competence, "branch | large | E3 | 42").endswith(
+        "| 0.410 [0.310, 0.460] | 0.410 [0.310, 0.460] |"
+    )
+    assert (
+        "**Verdict: competence, not policy.**" in competence
+        and "`harmbench_standard` at the small scale" in competence
+    )
+
+
+def test_competence_section_without_a_fingerprint(tmp_path):
+    kwargs = write_synthetic_run(tmp_path)
+    path = Path(kwargs["analysis_dir"]) / "competence.csv"
+    pd.read_csv(path).iloc[0:0].to_csv(path, index=False)
+    summary = summary_document()
+    summary["competence"]["fingerprint"] = False
+    (Path(kwargs["analysis_dir"]) / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    text = report(**kwargs)
+    assert "Not reported: no fingerprint was given." in _section(text, "## Competence")
+    assert "No fingerprint was given, so which benchmarks the policies agree on is unknown." in text
 
 
 @pytest.mark.parametrize(
     ("relative", "writer"),
     [
         ("reports/analysis/span.csv", "analyse"),
+        ("reports/analysis/span_scale.csv", "analyse"),
+        ("reports/analysis/competence.csv", "analyse"),
         ("reports/analysis/summary.json", "analyse"),
         ("reports/contamination.json", "audit"),
         ("data/models.yaml", "guardpolicy plan"),
@@ -297,3 +377,14 @@ def test_scores_without_headline_means_is_an_input_error(tmp_path):
 def test_natural_branch_order():
     names = ["E10", "teacher-policy_b", "E2", "E1", "teacher-policy_a"]
     assert sorted(names, key=natural_key) == ["E1", "E2", "E10", "teacher-policy_a", "teacher-policy_b"]
+
+
+def test_competence_verdict_without_any_noise_floor(tmp_path):
+    kwargs = write_synthetic_run(tmp_path)
+    path = Path(kwargs["analysis_dir"]) / "span_scale.csv"
+    table = pd.read_csv(path)
+    table["verdict"] = "undetermined: no recipe trained at several seeds at this scale"
+    table.to_csv(path, index=False)
+    competence = _section(report(**kwargs), "## Competence")
+    assert "**Verdict.** None: no scale has both two branches and a seed noise floor" in competence
+    assert "competence, not policy." not in competence

@@ -1,4 +1,5 @@
-"""Statistical primitives of the analysis on known answers: bootstrap, Wilson, rank test, Spearman, AP."""
+"""Statistical primitives of the analysis on known answers: bootstrap, Wilson, rank test (directional and
+two-sided) and its stability, Spearman, AP, the expected range of normal draws (d2) and a weighted AUROC."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import math
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
-from sklearn.metrics import average_precision_score
+from sklearn.metrics import average_precision_score, roc_auc_score
 
 from guardpolicy.analysis.scores import average_precision
 from guardpolicy.analysis.stats import (
     bootstrap_count_blocks,
+    expected_range,
     named_rng,
     percentile_interval,
+    range_ratio,
+    rank_stability,
     rank_test,
     spearman,
+    weighted_auroc,
     wilson_interval,
 )
 
@@ -100,14 +105,82 @@ def _scores(values: list[float]) -> dict[str, float]:
 
 def test_rank_test_four_of_ten_on_top_gives_one_over_210() -> None:
     scores = _scores([0.95, 0.2, 0.3, 0.1, 0.4, 0.35, 0.99, 0.97, 0.25, 0.9])
-    test = rank_test(scores, ["E1", "E7", "E8", "E10"])
-    assert (test.extreme, test.k, test.n) == ("top", 4, 10)
-    assert test.p_value == pytest.approx(1 / 210)
+    test = rank_test(scores, ["E1", "E7", "E8", "E10"], "top")
+    assert (test.extreme, test.k, test.n, test.direction) == ("top", 4, 10, "top")
+    assert test.p_value == pytest.approx(1 / 210) and test.null_probability == pytest.approx(1 / 210)
+
+
+def test_rank_test_direction_fixed_beforehand_or_two_sided() -> None:
+    members = ["E1", "E7", "E8", "E10"]
+    on_top = _scores([0.95, 0.2, 0.3, 0.1, 0.4, 0.35, 0.99, 0.97, 0.25, 0.9])
+    # No direction given: either extreme counts, p = 2 / C(10, 4).
+    two_sided = rank_test(on_top, members)
+    assert (two_sided.direction, two_sided.extreme) == ("two-sided", "top")
+    assert two_sided.p_value == pytest.approx(2 / 210) and two_sided.null_probability == pytest.approx(
+        2 / 210
+    )
+    # The direction fixed the other way: the set is extreme, but not where the test looks -> no p.
+    wrong_way = rank_test(on_top, members, "bottom")
+    assert wrong_way.extreme == "top" and wrong_way.p_value is None
+    assert wrong_way.null_probability == pytest.approx(1 / 210)
+    # Two-sided p is capped at 1 (k = 1 of n = 2: 2 / C(2, 1) = 1).
+    assert rank_test({"E1": 0.9, "E2": 0.1}, ["E1"]).p_value == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="direction"):
+        rank_test(on_top, members, "up")
+
+
+def test_rank_stability_is_the_share_of_replicates_that_keep_the_ranking() -> None:
+    members = np.array([True, True, False, False])
+    draws = np.array(
+        [
+            [0.9, 0.8, 0.1, 0.2],  # holds
+            [0.9, 0.3, 0.4, 0.2],  # a member below a non-member: broken
+            [0.7, 0.6, 0.5, 0.5],  # holds
+            [0.9, 0.8, 0.8, 0.1],  # tie across the boundary: broken
+            [0.9, np.nan, 0.1, 0.2],  # cannot rank: left out
+        ]
+    )
+    assert rank_stability(draws, members, "top") == pytest.approx(2 / 4)
+    assert rank_stability(1.0 - draws, members, "bottom") == pytest.approx(2 / 4)
+    assert rank_stability(draws, members, "none") is None
+
+
+def test_expected_range_of_normal_draws_matches_the_d2_table() -> None:
+    # d2 of the control-chart tables: 2/sqrt(pi), 1.693, 2.059, 3.078.
+    assert expected_range(2) == pytest.approx(2 / math.sqrt(math.pi), rel=1e-8)
+    assert expected_range(3) == pytest.approx(1.6926, abs=1e-4)
+    assert expected_range(4) == pytest.approx(2.0588, abs=1e-4)
+    assert expected_range(10) == pytest.approx(3.0775, abs=1e-4)
+    # A range of 10 draws is ~1.82x a range of 3 under the same noise (issue 14), 1 for equal counts.
+    assert range_ratio(10, 3) == pytest.approx(3.0775 / 1.6926, abs=1e-3)
+    assert range_ratio(3, 3) == pytest.approx(1.0)
+    # And by simulation: the mean range of 10 standard normal draws.
+    rng = np.random.default_rng(0)
+    sample = rng.normal(size=(200_000, 10))
+    assert np.ptp(sample, axis=1).mean() == pytest.approx(expected_range(10), abs=0.01)
+    with pytest.raises(ValueError):
+        expected_range(1)
+
+
+def test_weighted_auroc_known_answer_and_sklearn() -> None:
+    # Positives 0.9, 0.8 vs negatives 0.1, 0.8: 1 + 1 + 1 + 0.5 (the tie) of 4 pairs.
+    scores = np.array([0.9, 0.8, 0.1, 0.8])
+    positive = np.array([True, True, False, False])
+    assert weighted_auroc(scores, positive) == pytest.approx(0.875)
+    # Weights: the tied negative counts 3x -> (1*1 + 1*3 + 1*1 + 0.5*3) / (2 * 4).
+    assert weighted_auroc(scores, positive, np.array([1.0, 1.0, 1.0, 3.0])) == pytest.approx(6.5 / 8)
+    rng = np.random.default_rng(2)
+    s, y, w = np.round(rng.random(80), 1), rng.random(80) < 0.3, rng.random(80)
+    assert weighted_auroc(s, y) == pytest.approx(roc_auc_score(y, s))
+    assert weighted_auroc(s, y, w) == pytest.approx(roc_auc_score(y, s, sample_weight=w))
+    # NaN scores are left out; one class only has no AUROC.
+    assert weighted_auroc(np.array([0.9, np.nan, 0.1]), np.array([True, True, False])) == pytest.approx(1.0)
+    assert math.isnan(weighted_auroc(scores, np.ones(4, dtype=bool)))
 
 
 def test_rank_test_bottom_tie_and_interleaved_cases() -> None:
     members = ["E1", "E7", "E8", "E10"]
-    bottom = rank_test(_scores([0.01, 0.5, 0.6, 0.7, 0.8, 0.9, 0.02, 0.03, 0.55, 0.04]), members)
+    bottom = rank_test(_scores([0.01, 0.5, 0.6, 0.7, 0.8, 0.9, 0.02, 0.03, 0.55, 0.04]), members, "bottom")
     assert bottom.extreme == "bottom" and bottom.p_value == pytest.approx(1 / 210)
     # E10 ties with E9 (a non-member) at the boundary: not extreme.
     tie = rank_test(_scores([0.95, 0.2, 0.3, 0.1, 0.4, 0.35, 0.99, 0.97, 0.9, 0.9]), members)
@@ -117,7 +190,7 @@ def test_rank_test_bottom_tie_and_interleaved_cases() -> None:
     with_nan = rank_test(_scores([0.95, 0.2, 0.3, 0.1, 0.4, 0.35, 0.99, 0.97, float("nan"), 0.9]), members)
     assert with_nan.extreme == "none"
     # Members missing from the scores are not counted in k.
-    partial = rank_test({"E1": 0.9, "E2": 0.1, "E3": 0.2}, members)
+    partial = rank_test({"E1": 0.9, "E2": 0.1, "E3": 0.2}, members, "top")
     assert (partial.extreme, partial.k, partial.n) == ("top", 1, 3)
     assert partial.p_value == pytest.approx(1 / 3)
 

@@ -35,6 +35,9 @@ TABLE_COLUMNS = (
     "ci_high",
     "agreement_bu",
 )
+# reports/fingerprint_labels.parquet: every benchmark prompt's label under every policy that could label it
+# (stage fingerprint), read by stage analyse for the agreement of our models with the VAL policy's own labels.
+PROMPT_LABEL_COLUMNS = ("benchmark", "id", "policy", "labeler", "coarse")
 
 
 def _wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -101,6 +104,25 @@ def agreement_row(
         "gold_unsafe": int(truth.sum()),
         "coarse_counts": {c: classes.get(c, 0) for c in taxonomy.coarse_classes},
     }
+
+
+def prompt_label_rows(labels: pd.DataFrame, *, benchmark: str, policy: str, labeler: str) -> pd.DataFrame:
+    """One benchmark's per-prompt labels under one policy (`labels`: id, coarse) as rows of
+    `PROMPT_LABEL_COLUMNS`, sorted by id; concatenate them over benchmarks and policies for the file."""
+    missing = [c for c in ("id", "coarse") if c not in labels.columns]
+    if missing:
+        raise ValueError(f"{benchmark}/{policy}: the labels lack column(s) {missing}")
+    frame = pd.DataFrame(
+        {
+            "benchmark": benchmark,
+            "id": labels["id"].astype(str).to_numpy(),
+            "policy": policy,
+            "labeler": labeler,
+            "coarse": labels["coarse"].astype(str).to_numpy(),
+        },
+        columns=list(PROMPT_LABEL_COLUMNS),
+    )
+    return frame.sort_values("id", kind="stable").reset_index(drop=True)
 
 
 def fingerprint_table(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

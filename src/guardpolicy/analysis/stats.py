@@ -1,5 +1,6 @@
 """The study's statistical primitives: prompt resampling, percentile and Wilson intervals, the exact rank
-test, and a NaN-safe Spearman correlation.
+test (one-sided in a direction fixed beforehand, else two-sided) and its bootstrap stability, a NaN-safe
+Spearman correlation, the expected range of normal samples (d2) and a weighted AUROC.
 
 The bootstrap is drawn as multinomial count matrices (how often each prompt appears in each replicate), not as
 index lists, so that every score that is a sum over prompts is one matrix product `counts @ values` and the
@@ -10,12 +11,14 @@ does not depend on the order in which datasets are visited.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import integrate
 from scipy import stats as scipy_stats
 
 # Elements of one block of a count matrix (float32): keeps a 2,000 x 21,318 SaladBench draw at ~64 MB.
@@ -24,6 +27,9 @@ MAX_BLOCK_ELEMENTS = 1 << 24
 EXTREME_TOP = "top"
 EXTREME_BOTTOM = "bottom"
 EXTREME_NONE = "none"
+# A rank test without a direction fixed beforehand: either extreme counts, so p = 2 / C(n, k).
+TWO_SIDED = "two-sided"
+DIRECTIONS = (EXTREME_TOP, EXTREME_BOTTOM)
 
 
 def named_rng(seed: int, *names: str) -> np.random.Generator:
@@ -82,37 +88,119 @@ def wilson_interval(successes: int, n: int, confidence: float) -> tuple[float, f
 
 @dataclass(frozen=True)
 class RankTest:
-    extreme: str  # top | bottom | none
-    p_value: float | None
+    extreme: str  # top | bottom | none: where the set lies (observed, whatever the direction tested)
+    p_value: float | None  # null unless the set is extreme in the tested direction
     k: int
     n: int
+    direction: str = TWO_SIDED  # top | bottom (fixed beforehand, one-sided) | two-sided
+    # The chance under exchangeability that the test gives a hit: 1 / C(n, k) one-sided, 2 / C(n, k)
+    # two-sided (null when there is nothing to rank).
+    null_probability: float | None = None
 
 
-def rank_test(scores: Mapping[str, float], members: Sequence[str]) -> RankTest:
+def rank_test(scores: Mapping[str, float], members: Sequence[str], direction: str | None = None) -> RankTest:
     """Exact permutation test that the set `members` occupies the k extreme ranks among the n `scores`.
 
     Extreme means every member scores strictly above every non-member ("top") or strictly below ("bottom");
     a tie across the boundary, or a missing (NaN) score, is not extreme. Under exchangeability of the n
-    models, the chance that a given k-set fills the top k ranks is 1 / C(n, k) (exact, one-sided, for the
-    direction observed); the p-value is null when the set is not extreme. Members absent from `scores` are
-    ignored, so k counts the members present.
+    models, the chance that a given k-set fills the top k ranks is 1 / C(n, k). With `direction` (top |
+    bottom) fixed before the run the test is one-sided: p = 1 / C(n, k) when the set is extreme in that
+    direction, null otherwise (also when it is extreme the other way). Without a direction it is two-sided:
+    p = 2 / C(n, k) when the set is extreme either way (the direction read off the data costs the factor 2).
+    Members absent from `scores` are ignored, so k counts the members present.
     """
+    if direction is not None and direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {list(DIRECTIONS)} or None, got {direction!r}")
+    tested = direction or TWO_SIDED
     present = [m for m in members if m in scores]
     others = [name for name in scores if name not in set(present)]
     k, n = len(present), len(scores)
     if k == 0 or not others:
-        return RankTest(EXTREME_NONE, None, k, n)
+        return RankTest(EXTREME_NONE, None, k, n, tested, None)
+    null = min(1.0, (1.0 if direction else 2.0) / math.comb(n, k))
     inside = np.array([scores[m] for m in present], dtype=np.float64)
     outside = np.array([scores[m] for m in others], dtype=np.float64)
+    extreme = _extreme(inside, outside)
+    hit = extreme != EXTREME_NONE and (direction is None or extreme == direction)
+    return RankTest(extreme, null if hit else None, k, n, tested, null)
+
+
+def _extreme(inside: np.ndarray, outside: np.ndarray) -> str:
     if not (np.isfinite(inside).all() and np.isfinite(outside).all()):
-        return RankTest(EXTREME_NONE, None, k, n)
+        return EXTREME_NONE
     if inside.min() > outside.max():
-        extreme = EXTREME_TOP
-    elif inside.max() < outside.min():
-        extreme = EXTREME_BOTTOM
+        return EXTREME_TOP
+    if inside.max() < outside.min():
+        return EXTREME_BOTTOM
+    return EXTREME_NONE
+
+
+def rank_stability(draws: np.ndarray, members: np.ndarray, extreme: str) -> float | None:
+    """Share of bootstrap replicates in which the set still takes the `extreme` ranks.
+
+    draws [B, n] (one column per ranked model), members [n] bool. A replicate with a NaN score cannot
+    rank and is left out; null when no replicate is usable or `extreme` is none.
+    """
+    if extreme not in DIRECTIONS:
+        return None
+    draws = np.asarray(draws, dtype=np.float64)
+    members = np.asarray(members, dtype=bool)
+    usable = np.isfinite(draws).all(axis=1)
+    if not usable.any() or members.all() or not members.any():
+        return None
+    inside, outside = draws[usable][:, members], draws[usable][:, ~members]
+    if extreme == EXTREME_TOP:
+        holds = inside.min(axis=1) > outside.max(axis=1)
     else:
-        return RankTest(EXTREME_NONE, None, k, n)
-    return RankTest(extreme, 1.0 / math.comb(n, k), k, n)
+        holds = inside.max(axis=1) < outside.min(axis=1)
+    return float(holds.mean())
+
+
+@functools.lru_cache(maxsize=256)
+def expected_range(n: int) -> float:
+    """d2(n): the expected range (max − min) of n independent standard normal draws.
+
+    d2(n) = ∫ 1 − F(x)^n − (1 − F(x))^n dx over the real line (F the standard normal CDF), integrated
+    numerically: d2(2) = 2/√π ≈ 1.128, d2(3) ≈ 1.693, d2(10) ≈ 3.078.
+    """
+    if n < 2:
+        raise ValueError(f"a range needs at least 2 draws, got {n}")
+    value, _ = integrate.quad(
+        lambda x: 1.0 - scipy_stats.norm.cdf(x) ** n - scipy_stats.norm.sf(x) ** n,
+        -np.inf,
+        np.inf,
+        epsabs=1e-10,
+        epsrel=1e-10,
+    )
+    return float(value)
+
+
+def range_ratio(runs: int, seeds: int) -> float:
+    """d2(runs) / d2(seeds): how much wider the range of `runs` draws is expected to be than that of
+    `seeds` draws of the same normal noise (10 vs 3: ≈ 1.82)."""
+    return expected_range(runs) / expected_range(seeds)
+
+
+def weighted_auroc(scores: np.ndarray, positive: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """Area under the ROC curve of `scores` [n] for the `positive` [n] items, ties counted half.
+
+    With `weights` [n] every item counts with its weight (e.g. 1 / the size of its benchmark, so each
+    benchmark counts once within its class): Σ w_i w_j [s_i > s_j] + ½ [s_i = s_j] over positive i,
+    negative j, divided by Σ w_i Σ w_j. Items with a NaN score are left out; NaN without both classes.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    positive = np.asarray(positive, dtype=bool)
+    weights = np.ones(scores.shape) if weights is None else np.asarray(weights, dtype=np.float64)
+    keep = np.isfinite(scores) & (weights > 0)
+    scores, positive, weights = scores[keep], positive[keep], weights[keep]
+    total_pos, total_neg = weights[positive].sum(), weights[~positive].sum()
+    if total_pos <= 0 or total_neg <= 0:
+        return float("nan")
+    distinct, group = np.unique(scores, return_inverse=True)  # ascending
+    pos = np.bincount(group, weights=np.where(positive, weights, 0.0), minlength=len(distinct))
+    neg = np.bincount(group, weights=np.where(positive, 0.0, weights), minlength=len(distinct))
+    below = np.cumsum(neg) - neg  # negative weight strictly below each distinct score
+    return float((pos * (below + 0.5 * neg)).sum() / (total_pos * total_neg))
 
 
 @dataclass(frozen=True)

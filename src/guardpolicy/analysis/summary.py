@@ -42,6 +42,8 @@ def span_summary(spans: pd.DataFrame, subset: str, mapping: str) -> dict[str, di
     return {
         row.benchmark: {
             "load": row.load,
+            "study_load": row.study_load,
+            "swing": row.swing,
             "metric": row.primary_metric,
             "delta": row.delta,
             "delta_ci_low": row.delta_ci_low,
@@ -59,21 +61,60 @@ def rank_summary(rank_tests: pd.DataFrame, subset: str, mapping: str) -> dict[st
     tree: dict[str, Any] = {}
     for row in chosen.itertuples(index=False):
         tree.setdefault(row.set_name, {}).setdefault(row.scale, {})[row.benchmark] = {
+            "direction": row.direction,
             "extreme": row.extreme,
             "p_value": row.p_value,
+            "hit": row.hit,
+            "stability": row.stability,
         }
     return tree
 
 
 def correlation_summary(correlations: pd.DataFrame) -> dict[str, Any]:
+    """scale -> grouping (fingerprint | study) -> target (gold | val_policy_labels) -> load -> ρ, p, n."""
     tree: dict[str, Any] = {}
     for row in correlations.itertuples(index=False):
-        tree.setdefault(row.scale, {})[row.load] = {
+        tree.setdefault(row.scale, {}).setdefault(row.grouping, {}).setdefault(row.target, {})[row.load] = {
             "rho": row.rho,
             "p_value": row.p_value,
             "n_models": row.n_models,
         }
     return tree
+
+
+def span_scale_summary(span_scale: pd.DataFrame, subset: str, mapping: str) -> dict[str, Any]:
+    """benchmark -> scale -> Δ at the scale, Φ at the same scale, the seed-noise range of its n branch runs,
+    Δ minus that range with its interval, and the verdict."""
+    chosen = span_scale[(span_scale["subset"] == subset) & (span_scale["mapping"] == mapping)]
+    tree: dict[str, Any] = {}
+    for row in chosen.itertuples(index=False):
+        tree.setdefault(row.benchmark, {})[row.scale] = {
+            "n_branches": row.n_branches,
+            "delta": row.delta,
+            "phi": row.phi,
+            "noise_range": row.noise_range,
+            "excess": row.excess,
+            "excess_ci_low": row.excess_ci_low,
+            "excess_ci_high": row.excess_ci_high,
+            "verdict": row.verdict,
+        }
+    return tree
+
+
+def swing_summary(swing_vs_span: pd.DataFrame) -> dict[str, Any]:
+    """scale (all = Δ_b, the mean over scales) -> ρ(swing, Δ), p, interval, benchmarks."""
+    return {
+        row.scale: {
+            "rho": row.rho,
+            "p_value": row.p_value,
+            "ci_low": row.ci_low,
+            "ci_high": row.ci_high,
+            "n_benchmarks": row.n_benchmarks,
+            "swing_resampled": row.swing_resampled,
+            "note": row.note or None,
+        }
+        for row in swing_vs_span.itertuples(index=False)
+    }
 
 
 def mapping_summary(mapping_effect: pd.DataFrame, subset: str) -> dict[str, Any]:
@@ -116,8 +157,20 @@ def build_summary(
     mapping_effect: pd.DataFrame,
     fingerprint: pd.DataFrame | None,
     baselines: Mapping[str, Any] | None = None,
+    load_contrast_study: Mapping[str, Any] | None = None,
+    agreed_spans: Mapping[str, Any] | None = None,
+    span_scale: pd.DataFrame | None = None,
+    swing_vs_span: pd.DataFrame | None = None,
+    rank_chance: Mapping[str, Any] | None = None,
+    competence: Mapping[str, Any] | None = None,
+    targets: Mapping[str, Any] | None = None,
+    study: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """summary.json: the headline subset and mapping's answers (see docs/data-contracts.md, "Analysis").
+
+    The keyword blocks after `baselines` (second load grouping, agreed-benchmark spans, per-scale spans vs
+    noise, swing vs span, hits expected by chance, competence, targets, the study comparison) are added when
+    given.
 
     `baselines` (per open guard, from `analysis.baselines.baseline_summary`) is added only when guards were
     analysed, so the default run's summary does not change shape."""
@@ -135,6 +188,17 @@ def build_summary(
         "correlations": correlation_summary(correlations),
         "mapping_effect": mapping_summary(mapping_effect, subset),
     }
+    optional = {
+        "load_contrast_study": None if load_contrast_study is None else dict(load_contrast_study),
+        "agreed_spans": None if agreed_spans is None else dict(agreed_spans),
+        "span_scale": None if span_scale is None else span_scale_summary(span_scale, subset, mapping),
+        "swing_vs_span": None if swing_vs_span is None else swing_summary(swing_vs_span),
+        "rank_chance": None if rank_chance is None else dict(rank_chance),
+        "competence": None if competence is None else dict(competence),
+        "targets": None if targets is None else dict(targets),
+        "study": None if study is None else dict(study),
+    }
+    payload.update({key: value for key, value in optional.items() if value is not None})
     fingerprint_tree = fingerprint_summary(fingerprint)
     if fingerprint_tree is not None:
         payload["fingerprint"] = fingerprint_tree

@@ -12,8 +12,8 @@ full forward pass would give; the span head needs every token state, so those mo
 `predictions_table` turns logits into the contract's "Predictions" table (softmax, the two binary mappings,
 pillar sigmoids, spans) with its exact columns and types.
 
-Truncation: a prompt longer than `max_length` tokens (special tokens included) is cut by the tokenizer on its
-`truncation_side` ("right": the head is kept, the default of every tokenizer used here; "left": the tail).
+Truncation: a prompt longer than `max_length` tokens (special tokens included) is cut the way the guard was
+trained to read it (its config's ``truncation``: the head, the tail, or both ends; `tokenize_truncated`).
 `encode` also counts each prompt's tokens before truncation (`n_tokens`: only prompts that reach
 `max_length` are tokenised a second time, untruncated), every predictions row records `n_tokens` and
 `truncated`, and `log_truncation` reports one line per dataset.
@@ -33,7 +33,10 @@ import pyarrow as pa
 import torch
 from tqdm.auto import tqdm
 
-from guardpolicy.training.collate import sorted_batches
+from guardpolicy.errors import InputError
+from guardpolicy.modeling.backbone import transformer_layers
+from guardpolicy.modeling.prefix import TopView
+from guardpolicy.training.collate import sorted_batches, tokenize_truncated
 from guardpolicy.training.device import DeviceChoice
 
 log = logging.getLogger(__name__)
@@ -58,46 +61,30 @@ class EncodedPrompts:
         return len(self.input_ids)
 
 
-def encode(tokenizer: Any, prompts: Sequence[str], max_length: int, with_offsets: bool) -> EncodedPrompts:
-    """One batched tokeniser call: token i of prompt j is token i of tokenizer(prompts[j], truncation)."""
-    encoding = tokenizer(
+def encode(
+    tokenizer: Any,
+    prompts: Sequence[str],
+    max_length: int,
+    with_offsets: bool,
+    *,
+    truncation: str = "head",
+    head_tokens: int | None = None,
+) -> EncodedPrompts:
+    """Token i of prompt j is token i of what the model was trained to read (`tokenize_truncated`)."""
+    tokens = tokenize_truncated(
+        tokenizer,
         list(prompts),
-        truncation=True,
-        max_length=max_length,
-        return_offsets_mapping=with_offsets,
-        return_special_tokens_mask=with_offsets,
-        return_attention_mask=False,
-        return_token_type_ids=False,
+        max_length,
+        truncation=truncation,
+        head_tokens=head_tokens,
+        with_offsets=with_offsets,
     )
-    input_ids = [np.asarray(ids, dtype=np.int64) for ids in encoding["input_ids"]]
-    lengths = np.asarray([len(ids) for ids in input_ids], dtype=np.int64)
-    n_tokens = lengths.copy()
-    # Only a prompt cut to exactly max_length tokens may have been longer; count those again, untruncated
-    # (usually a handful, so the second pass costs little). verbose=False: the over-length warning would
-    # only repeat what the truncation log says.
-    full = np.flatnonzero(lengths >= max_length)
-    if len(full):
-        untruncated = tokenizer(
-            [prompts[i] for i in full],
-            truncation=False,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            verbose=False,
-        )["input_ids"]
-        n_tokens[full] = [len(ids) for ids in untruncated]
-    offsets = special = None
-    if with_offsets:
-        offsets = [
-            np.asarray(o, dtype=np.int64).reshape(len(ids), 2)
-            for o, ids in zip(encoding["offset_mapping"], input_ids, strict=True)
-        ]
-        special = [np.asarray(s, dtype=bool) for s in encoding["special_tokens_mask"]]
     return EncodedPrompts(
-        input_ids=input_ids,
-        lengths=lengths,
-        n_tokens=n_tokens,
-        offsets=offsets,
-        special=special,
+        input_ids=tokens.input_ids,
+        lengths=np.asarray([len(ids) for ids in tokens.input_ids], dtype=np.int64),
+        n_tokens=tokens.n_tokens,
+        offsets=tokens.offsets,
+        special=tokens.special,
         pad_token_id=int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
     )
 
@@ -164,7 +151,13 @@ def run_guard(
     model.eval()
     model.to(device.device)
     started = time.perf_counter()
-    encoded = encode(tokenizer, prompts, max_length, with_offsets=span_threshold is not None)
+    encoded = encode(
+        tokenizer,
+        prompts,
+        max_length,
+        with_offsets=span_threshold is not None,
+        **model_truncation(model),
+    )
     n = len(encoded)
     coarse = np.zeros((n, model.config.num_classes), dtype=np.float32)
     pillars = np.zeros((n, model.config.num_pillars), dtype=np.float32)
@@ -207,25 +200,111 @@ def run_guard(
     return GuardScores(coarse, pillars, features, starts, ends, seconds, encoded.n_tokens)
 
 
+def run_guard_on_prefix(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    prefix_rows: Sequence[torch.Tensor],
+    *,
+    batch_size: int,
+    max_length: int,
+    span_threshold: float | None = None,
+    with_features: bool = False,
+    progress: bool = True,
+    description: str = "score",
+    where: str = "prefix cache",
+) -> GuardScores:
+    """`run_guard` for a model trained with frozen_layers > 0, on its scale's cached prefix states.
+
+    prefix_rows[i]: the cached states of prompts[i] ([T_i, H], float16). Only the top layers and the heads
+    run; the prompts are tokenised again only for the lengths (checked against the cache) and span offsets.
+    Runs on CPU in float32 (the cached states are already rounded once; the top is small).
+    """
+    frozen = int(model.config.frozen_layers)
+    if frozen <= 0:
+        raise ValueError("run_guard_on_prefix needs a model trained with frozen_layers > 0")
+    model.eval().to("cpu")
+    started = time.perf_counter()
+    encoded = encode(
+        tokenizer, prompts, max_length, with_offsets=span_threshold is not None, **model_truncation(model)
+    )
+    for i, row in enumerate(prefix_rows):
+        if len(row) != encoded.lengths[i]:
+            raise InputError(
+                where,
+                f"prompt {i + 1} has {len(row)} cached prefix tokens but tokenises to {encoded.lengths[i]} "
+                "for this model (another tokenizer, max_length or truncation); rebuild the prefix cache",
+                row=i + 1,
+            )
+    top = TopView(model.backbone, frozen).eval()
+    n = len(encoded)
+    coarse = np.zeros((n, model.config.num_classes), dtype=np.float32)
+    pillars = np.zeros((n, model.config.num_pillars), dtype=np.float32)
+    features = np.zeros((n, model.config.encoder.hidden_size), dtype=np.float32) if with_features else None
+    starts = np.full(n, NO_SPAN, dtype=np.int64) if span_threshold is not None else None
+    ends = np.full(n, NO_SPAN, dtype=np.int64) if span_threshold is not None else None
+    with torch.inference_mode():
+        for indices in tqdm(
+            encoded_batches(encoded, batch_size),
+            desc=description,
+            unit="batch",
+            disable=not progress,
+            mininterval=1.0,
+        ):
+            states = torch.nn.utils.rnn.pad_sequence(
+                [prefix_rows[i] for i in indices], batch_first=True
+            ).float()  # [B, T, H]
+            width = states.shape[1]
+            attention_mask = torch.from_numpy(
+                np.arange(width)[None, :] < encoded.lengths[indices][:, None]
+            ).long()  # [B, T]
+            output = model.heads(top(states, attention_mask))
+            coarse[indices] = output.coarse_logits.float().numpy()  # [B, C]
+            pillars[indices] = output.pillar_logits.float().numpy()  # [B, P]
+            if features is not None:
+                features[indices] = output.first_token_state.float().numpy()  # [B, H]
+            if starts is not None and ends is not None:
+                starts[indices], ends[indices] = _batch_spans(
+                    output.span_logits,
+                    encoded,
+                    indices,
+                    span_threshold,  # type: ignore[arg-type]
+                )
+    seconds = time.perf_counter() - started
+    log.info(
+        "%s: %d prompts in %.1f s (%.1f prompts/s), top %d layer(s) on cached prefix states",
+        description,
+        n,
+        seconds,
+        n / seconds if seconds > 0 else 0.0,
+        len(transformer_layers(model.backbone)) - frozen,
+    )
+    return GuardScores(coarse, pillars, features, starts, ends, seconds, encoded.n_tokens)
+
+
+def model_truncation(model: Any) -> dict[str, Any]:
+    """The truncation a guard was trained with (its config), as `encode` keyword arguments."""
+    return {
+        "truncation": getattr(model.config, "truncation", "head"),
+        "head_tokens": getattr(model.config, "truncation_head_tokens", None),
+    }
+
+
 def encoded_batches(encoded: EncodedPrompts, batch_size: int) -> list[np.ndarray]:
     """The batches (item indices) `run_guard` forms for these encoded prompts: longest first."""
     return sorted_batches(encoded.lengths, batch_size)
 
 
 def inference_batches(
-    tokenizer: Any, prompts: Sequence[str], max_length: int, batch_size: int
+    tokenizer: Any, prompts: Sequence[str], max_length: int, batch_size: int, model: Any = None
 ) -> list[np.ndarray]:
-    """The batches (item indices) `run_guard` forms for these prompts."""
-    return encoded_batches(encode(tokenizer, prompts, max_length, with_offsets=False), batch_size)
-
-
-def kept_end(truncation_side: str) -> str:
-    """Which end of an over-long prompt the model reads: the tokenizer cuts the other one."""
-    return "tail" if truncation_side == "left" else "head"
+    """The batches (item indices) `run_guard` forms for these prompts (read as `model` reads them)."""
+    kwargs = model_truncation(model) if model is not None else {}
+    return encoded_batches(encode(tokenizer, prompts, max_length, with_offsets=False, **kwargs), batch_size)
 
 
 def log_truncation(
-    who: str, datasets: Sequence[str], n_tokens: np.ndarray, max_length: int, truncation_side: str
+    who: str, datasets: Sequence[str], n_tokens: np.ndarray, max_length: int, kept: str
 ) -> None:
     """One line per dataset: "<who>: <dataset>: N of M prompts truncated to K tokens (head kept)"."""
     datasets = np.asarray(datasets, dtype=object)
@@ -239,7 +318,7 @@ def log_truncation(
             int(truncated[rows].sum()),
             int(rows.sum()),
             max_length,
-            kept_end(truncation_side),
+            kept,
         )
 
 

@@ -54,6 +54,13 @@ class GuardConfig(PreTrainedConfig):
     encoder_revision: str | None = None
     encoder_num_layers: int | None = None
     initializer_range: float = 0.02
+    # How the model reads an over-long prompt (guardpolicy.training.collate.tokenize_truncated): set by the
+    # training run, read by every inference path, so a model is always evaluated the way it was trained.
+    truncation: str = "head"
+    truncation_head_tokens: int | None = None
+    # The embeddings and the first `frozen_layers` layers kept at their pretrained weights in training
+    # (guardpolicy.modeling.prefix): evaluation may then run the top on the scale's cached prefix states.
+    frozen_layers: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         # A backbone config loaded from a folder remembers that folder's absolute path (`_name_or_path`).

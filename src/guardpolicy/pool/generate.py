@@ -2,8 +2,9 @@
 
 Two kinds (see data/pool.yaml): a *template* cell fills every template of each group with every combination
 of the filler lists it names (copyright requests, policy-refusal requests, benign sensitive questions,
-borderline questions); a *compose* cell joins a harmful request drawn from loaded sources with a carrier (a
-benign task, or a jailbreak template) and records the exact character span of the request. Both are pure:
+borderline questions, intent-flip contrast pairs); a *compose* cell joins a request drawn from loaded sources
+with a carrier (a benign task, or a jailbreak template) and, when the request is harmful, records its exact
+character span (a benign payload, e.g. an everyday request in a jailbreak template, has none). Both are pure:
 inputs in, candidates out, the same for the same seed and the same *set* of loaded prompts (candidates are
 ordered by a seeded hash of their text, never by file row order).
 """
@@ -21,11 +22,10 @@ from guardpolicy.pool.registry import ComposeCell, PoolSource, TemplateCell, tem
 from guardpolicy.pool.rows import Candidate, stripped
 
 FACT_BENIGN = "benign_request"
-FACT_HARMFUL = "harmful_request"
 FACT_JAILBREAK = "jailbreak_wrapper"
-# What a carrier / a payload must be, exactly, to be composed (a toxic or already composed prompt is not).
+# What a carrier must be, exactly, to be composed (a toxic or already composed prompt is not). A payload's
+# facts must be exactly the cell's `payload_facts` (default [harmful_request], registry.PAYLOAD_FACT_SETS).
 CARRIER_FACTS = {"task_and_request": (FACT_BENIGN,), "jailbreak_payload": (FACT_JAILBREAK,)}
-PAYLOAD_FACTS = (FACT_HARMFUL,)
 
 
 def seeded_rank(seed: int, *parts: str) -> str:
@@ -136,8 +136,9 @@ def compose(
 ) -> tuple[list[Candidate], str | None]:
     """`cell.count` distinct composed prompts (fewer if the inputs run out), or ([], reason) without inputs.
 
-    Pillars of a composed prompt are the harmful request's (plus the source's own, e.g. prompt_attack).
-    Asserts that `prompt[span_start:span_end]` is the request text, unchanged.
+    Pillars of a composed prompt are the request's (plus the source's own, e.g. prompt_attack). Asserts that
+    the request text sits unchanged at its offset; `span` records that range only for a harmful payload
+    (`cell.harmful_payload`), and is None for a benign one.
     """
     carriers = _distinct_by_text(
         (c for name in cell.carrier_sources for c in loaded.get(name, ())), CARRIER_FACTS[cell.mode], seed
@@ -146,11 +147,11 @@ def compose(
     if cell.mode == "jailbreak_payload":
         carriers = [c for c in carriers if _placeholder_slot(c.prompt, cell.placeholders) is not False]
     payloads = _distinct_by_text(
-        (c for name in cell.harmful_sources for c in loaded.get(name, ())), PAYLOAD_FACTS, seed
+        (c for name in cell.payload_source_names for c in loaded.get(name, ())), cell.payload_facts, seed
     )
     if not carriers or not payloads:
-        lacking = "carrier" if not carriers else "harmful request"
-        names = cell.carrier_sources if not carriers else cell.harmful_sources
+        lacking = "carrier" if not carriers else ("harmful request" if cell.harmful_payload else "payload")
+        names = cell.carrier_sources if not carriers else cell.payload_source_names
         return [], f"no {lacking} prompts loaded from {list(names)}"
     rng = rng_for(seed, source.name)
     out: list[Candidate] = []
@@ -176,7 +177,7 @@ def compose(
                 prompt=text,
                 facts=tuple(sorted(set(source.facts))),
                 pillars=tuple(sorted({*source.pillars, *payload.pillars})),
-                span=span,
+                span=span if cell.harmful_payload else None,
             )
         )
     return out, None

@@ -24,6 +24,12 @@ SourceKind = Literal["public", "generated", "user"]
 PoolFormat = Literal["csv", "json", "jsonl", "parquet", "lines"]
 ComposeMode = Literal["task_and_request", "jailbreak_payload"]
 FACT_COMPOSED = "composed"
+FACT_HARMFUL = "harmful_request"
+# The fact sets a compose payload may have: a harmful request (the default), or a benign request / a sensitive
+# subject asked benignly (adversarial-benign compositions, no harmful span).
+PAYLOAD_FACT_SETS = ((FACT_HARMFUL,), ("benign_request",), ("sensitive_topic",))
+# What the carrier of each compose mode contributes to the composed prompt's facts.
+CARRIER_FACT = {"task_and_request": "benign_request", "jailbreak_payload": "jailbreak_wrapper"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TEMPLATE_FIELD = re.compile(r"\{([^{}]+)\}")
@@ -184,28 +190,52 @@ class TemplateCell:
 
 @dataclass(frozen=True)
 class ComposeCell:
-    """Compose a harmful request (from loaded `harmful_sources`) with a carrier from `carrier_sources`.
+    """Compose a request (the payload) from loaded sources with a carrier from `carrier_sources`.
 
     `task_and_request`: a benign task and the request joined by one of `connectors` (each has `{task}` and
     `{request}`). `jailbreak_payload`: a jailbreak template whose single `placeholders` occurrence is replaced
     by the request, or (no placeholder) followed by `separator` and the request. The request text is inserted
     unchanged, so its span is exact.
+
+    The payload is a harmful request by default (`payload_facts: [harmful_request]`, drawn from
+    `harmful_sources`; the composed prompt records the request's span). A benign payload
+    (`payload_facts: [benign_request]` or `[sensitive_topic]`, drawn from `payload_sources`) makes an
+    adversarial-benign prompt, e.g. a jailbreak template around an everyday request: it has no harmful part,
+    so no span. Payloads are the loaded prompts whose facts are exactly `payload_facts`.
     """
 
     mode: ComposeMode
     carrier_sources: tuple[str, ...]
-    harmful_sources: tuple[str, ...]
     count: int
     max_carrier_chars: int
+    harmful_sources: tuple[str, ...] = ()
+    payload_sources: tuple[str, ...] = ()
+    payload_facts: tuple[str, ...] = (FACT_HARMFUL,)
     connectors: tuple[str, ...] = ()
     placeholders: tuple[str, ...] = ()
     separator: str = "\n\n"
 
+    @property
+    def harmful_payload(self) -> bool:
+        return self.payload_facts == (FACT_HARMFUL,)
+
+    @property
+    def payload_source_names(self) -> tuple[str, ...]:
+        """Where the payloads come from: `harmful_sources` or `payload_sources`, whichever is given."""
+        return self.harmful_sources or self.payload_sources
+
     def __post_init__(self) -> None:
         if self.count <= 0 or self.max_carrier_chars <= 0:
             raise ConfigError("compose count and max_carrier_chars must be positive")
-        if not self.carrier_sources or not self.harmful_sources:
-            raise ConfigError("compose needs carrier_sources and harmful_sources")
+        if not self.carrier_sources:
+            raise ConfigError("compose needs carrier_sources")
+        if bool(self.harmful_sources) == bool(self.payload_sources):
+            raise ConfigError("compose needs exactly one of harmful_sources, payload_sources")
+        if self.harmful_sources and not self.harmful_payload:
+            raise ConfigError(
+                f"harmful_sources is for payload_facts [{FACT_HARMFUL!r}]; a payload with facts "
+                f"{list(self.payload_facts)} is drawn from payload_sources"
+            )
         if self.mode == "task_and_request":
             if not self.connectors:
                 raise ConfigError("mode task_and_request needs connectors")
@@ -318,8 +348,38 @@ def _check_taxonomy(source: PoolSource, taxonomy: Taxonomy, where: str) -> None:
     if source.templates is not None:
         for i, group in enumerate(source.templates.groups):
             taxonomy.check_pillars(group.pillars, f"{where}.templates.groups[{i}].pillars")
-    if source.compose is not None and FACT_COMPOSED not in source.facts:
+    if source.compose is not None:
+        _check_compose_facts(source, source.compose, taxonomy, where)
+
+
+def _check_compose_facts(source: PoolSource, cell: ComposeCell, taxonomy: Taxonomy, where: str) -> None:
+    """The payload's fact set is a known one, and the source's facts say what the composition is.
+
+    A harmful payload makes a composed prompt (facts carry `composed` and `harmful_request`: the policies'
+    composed_harm rule). A benign payload must carry neither, or a policy would call it harmful; its facts
+    are the carrier's plus the payload's.
+    """
+    taxonomy.check_facts(cell.payload_facts, f"{where}.compose.payload_facts")
+    if cell.payload_facts not in PAYLOAD_FACT_SETS:
+        raise ConfigError(
+            f"{where}.compose.payload_facts: {list(cell.payload_facts)} is not a payload fact set; "
+            f"expected one of {[list(facts) for facts in PAYLOAD_FACT_SETS]}"
+        )
+    facts = set(source.facts)
+    expected = {CARRIER_FACT[cell.mode], *cell.payload_facts}
+    if not expected <= facts:
+        raise ConfigError(
+            f"{where}.facts: a {cell.mode} composition with payload_facts {list(cell.payload_facts)} must "
+            f"carry the facts {sorted(expected)} (missing {sorted(expected - facts)})"
+        )
+    if cell.harmful_payload and FACT_COMPOSED not in facts:
         raise ConfigError(f"{where}.facts: a compose source must carry the fact {FACT_COMPOSED!r}")
+    if not cell.harmful_payload and facts & {FACT_COMPOSED, FACT_HARMFUL}:
+        raise ConfigError(
+            f"{where}.facts: a composition with a benign payload (compose.payload_facts "
+            f"{list(cell.payload_facts)}) has no harmful part, so it may not carry "
+            f"{sorted(facts & {FACT_COMPOSED, FACT_HARMFUL})}"
+        )
 
 
 def parse_pool_registry(data: object, where: str, taxonomy: Taxonomy) -> dict[str, PoolSource]:
@@ -343,7 +403,7 @@ def parse_pool_registry(data: object, where: str, taxonomy: Taxonomy) -> dict[st
         sources[name] = source
     for name, source in sources.items():
         if source.compose is not None:
-            for ref in (*source.compose.carrier_sources, *source.compose.harmful_sources):
+            for ref in (*source.compose.carrier_sources, *source.compose.payload_source_names):
                 if ref not in sources or sources[ref].is_generated:
                     raise ConfigError(
                         f"{where}: sources.{name}.compose names {ref!r}, which is not a public or user source"

@@ -66,6 +66,12 @@ class ReportInputs:
     # Optional inputs: None when the file is absent (the report says so, naming the file).
     noise_floor: pd.DataFrame | None = None
     fingerprint: pd.DataFrame | None = None
+    # Issue 14's tables (stage analyse): per-scale spans vs noise, swing vs span, capability-only headline
+    # (CAP, AUROC, CAP at a matched over-refusal) and competence on the benchmarks both policies call unsafe.
+    span_scale: pd.DataFrame | None = None
+    swing_vs_span: pd.DataFrame | None = None
+    capability_headline: pd.DataFrame | None = None
+    competence: pd.DataFrame | None = None
     # Open guard baselines (pipelines/baselines/dvc.yaml): parse counts, the matched-threshold comparison,
     # and per configured guard its registry / run facts (model_id, revision, family, backend, model).
     baseline_parse: pd.DataFrame | None = None
@@ -388,25 +394,50 @@ def _reading_copyright(summary: dict[str, Any]) -> str:
         "includes": "its interval includes 0, so this run cannot tell the branch span from seed noise",
         "unknown": "the analysis gives no interval for it, so no conclusion is drawn",
     }[_interval_reading(c.get("difference_ci_low"), c.get("difference_ci_high"))]
+    recipes = (
+        f" (the median spread over {fmt_count(c.get('n_recipes'))} seed recipe(s))"
+        if c.get("n_recipes")
+        else ""
+    )
     return (
         f"{title} HarmBench-copyright capture spans Δ = {delta} across branches; the seed noise floor is "
-        f"Φ = {phi}. The difference Δ − Φ is {difference}: {meaning}.{_verdict(c)}"
+        f"Φ = {phi}{recipes}. The difference Δ − Φ is {difference}: {meaning}.{_verdict(c)}"
+        f"{_per_scale(summary, COPY_BENCHMARK)}"
     )
 
 
-def _reading_load(summary: dict[str, Any]) -> str:
-    c = summary.get("load_contrast") or {}
-    title = "**Policy-load vs capability-load.**"
+def _per_scale(summary: dict[str, Any], benchmark: str) -> str:
+    """The same comparison at each scale, against the range seed noise alone gives that scale's branches."""
+    scales = (summary.get("span_scale") or {}).get(benchmark) or {}
+    parts = []
+    for scale, e in sorted(scales.items()):
+        if is_missing(e.get("noise_range")):
+            parts.append(f"{scale}: Δ = {fmt(e.get('delta'))}, no seed recipe at this scale")
+            continue
+        parts.append(
+            f"{scale}: Δ = {fmt(e.get('delta'))}, Φ = {fmt(e.get('phi'))}, seed noise alone over "
+            f"{fmt_count(e.get('n_branches'))} runs ≈ {fmt(e.get('noise_range'))}, Δ minus that "
+            f"{fmt_ci(e.get('excess'), e.get('excess_ci_low'), e.get('excess_ci_high'))}"
+        )
+    if not parts:
+        return ""
+    return (
+        " At each scale, against the range seed noise alone would give that many branch runs (a k-seed "
+        "spread scaled by d2(n)/d2(k)): " + "; ".join(parts) + "."
+    )
+
+
+def _load_sentence(c: dict[str, Any], label: str) -> str:
     policy = fmt_ci(c.get("policy_mean_delta"), c.get("policy_ci_low"), c.get("policy_ci_high"))
     capability = fmt_ci(
         c.get("capability_mean_delta"), c.get("capability_ci_low"), c.get("capability_ci_high")
     )
     groups = (
-        f"Policy-load benchmarks ({_names(c.get('policy_benchmarks'))}) span a mean Δ of {policy}; "
+        f"{label}: policy-load benchmarks ({_names(c.get('policy_benchmarks'))}) span a mean Δ of {policy}; "
         f"capability-load benchmarks ({_names(c.get('capability_benchmarks'))}) a mean Δ of {capability}."
     )
     if is_missing(c.get("difference")):
-        return f"{title} {groups} The run cannot compare the two groups.{_verdict(c)}"
+        return f"{groups} The run cannot compare the two groups.{_verdict(c)}"
     difference = fmt_ci(c.get("difference"), c.get("difference_ci_low"), c.get("difference_ci_high"))
     meaning = {
         "above": "its interval lies above 0, so capability-load benchmarks move less with the label policy "
@@ -415,7 +446,80 @@ def _reading_load(summary: dict[str, Any]) -> str:
         "includes": "its interval includes 0, so this run cannot tell the two groups apart",
         "unknown": "the analysis gives no interval for it, so no conclusion is drawn",
     }[_interval_reading(c.get("difference_ci_low"), c.get("difference_ci_high"))]
-    return f"{title} {groups} The difference is {difference}: {meaning}.{_verdict(c)}"
+    return f"{groups} The difference is {difference}: {meaning}.{_verdict(c)}"
+
+
+def _reading_load(summary: dict[str, Any]) -> str:
+    title = "**Policy-load vs capability-load.**"
+    fingerprint = _load_sentence(
+        summary.get("load_contrast") or {},
+        "Grouped by the policy fingerprint's swing (the analysis' grouping)",
+    )
+    study = summary.get("load_contrast_study")
+    second = f" {_load_sentence(study, 'Grouped as the study did (second view)')}" if study else ""
+    return f"{title} {fingerprint}{second}"
+
+
+def _reading_swing(summary: dict[str, Any]) -> str:
+    title = "**The fingerprint predicts the spans.**"
+    entries = summary.get("swing_vs_span") or {}
+    overall = entries.get("all") or {}
+    if is_missing(overall.get("rho")):
+        note = overall.get("note") or "no benchmark has both a swing and a span"
+        return f"{title} Not tested in this run ({note})."
+    scales = [f"{scale} {fmt(e.get('rho'))}" for scale, e in sorted(entries.items()) if scale != "all"]
+    meaning = {
+        "above": "its interval lies above 0: benchmarks on which the policies disagree more move more",
+        "below": "its interval lies below 0: the spans run against the fingerprint",
+        "includes": "its interval includes 0, so this run cannot say the swing predicts the spans",
+        "unknown": "no interval could be computed",
+    }[_interval_reading(overall.get("ci_low"), overall.get("ci_high"))]
+    return (
+        f"{title} Across {fmt_count(overall.get('n_benchmarks'))} benchmarks, Spearman ρ between the "
+        "fingerprint's swing |A − B| (computed before any training) and Δ_b is "
+        f"{fmt_ci(overall.get('rho'), overall.get('ci_low'), overall.get('ci_high'))} "
+        f"(p = {fmt_p(overall.get('p_value'))}; the interval resamples each benchmark's prompts for Δ, the "
+        f"swing held fixed): {meaning}." + (f" Per scale: {', '.join(scales)}." if scales else "")
+    )
+
+
+def _reading_competence(summary: dict[str, Any]) -> str:
+    title = "**Competence or policy.**"
+    competence = summary.get("competence") or {}
+    if not competence.get("fingerprint"):
+        return f"{title} No fingerprint was given, so which benchmarks the policies agree on is unknown."
+    flagged = [
+        f"`{b}` at the {scale} scale (Δ = {fmt(e.get('delta'))} vs seed noise ≈ {fmt(e.get('noise_range'))})"
+        for b, scales in sorted((summary.get("span_scale") or {}).items())
+        for scale, e in sorted(scales.items())
+        if str(e.get("verdict", "")).startswith("competence:")
+    ]
+    agreed = summary.get("agreed_spans") or {}
+    mean = fmt_ci(agreed.get("mean_delta"), agreed.get("ci_low"), agreed.get("ci_high"))
+    head = (
+        f"{title} On the benchmarks both policies agree on (swing ≤ {fmt(agreed.get('max_swing'), 2)}: "
+        f"{_names(agreed.get('benchmarks'))}) the mean Δ is {mean}; a span there is not policy."
+    )
+    if flagged:
+        return (
+            f"{head} These spans exceed what seed noise alone gives the branches, so they could be "
+            f"competence rather than policy: {'; '.join(flagged)}."
+        )
+    return f"{head} None of them exceeds what seed noise alone gives the branches."
+
+
+def _reading_study(summary: dict[str, Any]) -> list[str]:
+    study = summary.get("study") or {}
+    if not study:
+        return []
+    lines = ["", "**Against the study.** Each finding of the study, as this run's analysis reads it:", ""]
+    for name, e in study.items():
+        reading = e.get("reading", MISSING)
+        # A contradiction is set in bold, so it cannot be read past.
+        lines.append(
+            f"- **{reading}** (`{name}`)" if e.get("status") == "contradicts" else f"- {reading} (`{name}`)"
+        )
+    return lines
 
 
 def _reading_rank(inputs: ReportInputs, alpha: float) -> str:
@@ -433,26 +537,34 @@ def _reading_rank(inputs: ReportInputs, alpha: float) -> str:
             rows = rank_test[(rank_test["set_name"] == set_name) & (rank_test["scale"] == scale)]
             size = f" ({int(rows['k'].iloc[0])} of {int(rows['n'].iloc[0])} branches)" if len(rows) else ""
             hits = [
-                f"`{b}` ({v['extreme']}, p = {fmt_p(v['p_value'])})"
+                f"`{b}` ({v['extreme']}, tested {v.get('direction', 'two-sided')}, "
+                f"p = {fmt_p(v['p_value'])}, stable in {fmt_rate(v.get('stability'))} of resamples)"
                 for b, v in sorted(by_benchmark.items())
-                if v.get("extreme") not in (None, "none")
-                and not is_missing(v.get("p_value"))
-                and float(v["p_value"]) <= alpha
+                if v.get("hit", not is_missing(v.get("p_value")) and float(v["p_value"]) <= alpha)
             ]
             if hits:
                 sentences.append(
-                    f"`{set_name}`{size} at the {scale} scale occupies the extreme ranks on "
+                    f"`{set_name}`{size} at the {scale} scale takes the expected extreme ranks on "
                     f"{len(hits)} of {len(by_benchmark)} benchmarks: {', '.join(hits)}"
                 )
             else:
                 sentences.append(
-                    f"`{set_name}`{size} at the {scale} scale occupies the extreme ranks on none of its "
-                    f"{len(by_benchmark)} benchmarks at p ≤ {alpha:.3g}"
+                    f"`{set_name}`{size} at the {scale} scale takes the expected extreme ranks on none of "
+                    f"its {len(by_benchmark)} benchmarks at p ≤ {alpha:.3g}"
                 )
+    chance = summary.get("rank_chance") or {}
+    expected = (
+        f" Over all {fmt_count(chance.get('tests'))} tests ({fmt_count(chance.get('one_sided'))} one-sided "
+        f"in a direction fixed in params before the run, the rest two-sided) {fmt_count(chance.get('hits'))} "
+        f"hit(s) at p ≤ {alpha:.3g}, where chance alone gives {fmt(chance.get('expected_hits'), 2)} "
+        f"expected (at most {fmt(chance.get('alpha_bound'), 2)} = tests × α)."
+        if chance
+        else ""
+    )
     return (
         "**Rank test.** Under exchangeable branches, a given set of k of n branches takes the k top (or "
-        "bottom) "
-        "ranks with p = 1/C(n, k). " + "; ".join(sentences) + "."
+        "bottom) ranks with chance 1/C(n, k): p = 1/C(n, k) where params fix the direction beforehand, "
+        "2/C(n, k) otherwise. " + "; ".join(sentences) + "." + expected
     )
 
 
@@ -462,22 +574,29 @@ def _reading_correlations(inputs: ReportInputs) -> str:
         return "**Correlations.** The analysis reports no correlation (too few models)."
     parts = []
     for scale in sorted(correlations, key=lambda s: _scale_rank(inputs, s)):
-        entry = correlations[scale]
-        loads = []
-        for load in ("policy", "capability"):
-            c = entry.get(load) or {}
-            models = f"{fmt_count(c.get('n_models'))} models"
-            if is_missing(c.get("rho")):
-                loads.append(f"{load}-load ρ not computed ({models})")
-            else:
-                loads.append(f"{load}-load ρ = {fmt(c.get('rho'))} (p = {fmt_p(c.get('p_value'))}, {models})")
-        parts.append(f"{'all scales' if scale == 'all' else f'{scale} scale'}: " + ", ".join(loads))
+        by_target = (correlations[scale] or {}).get("fingerprint") or {}
+        for target, label in (("val_policy_labels", f"`{inputs.val_policy}`'s labels"), ("gold", "the gold")):
+            entry = by_target.get(target) or {}
+            loads = []
+            for load in ("policy", "capability"):
+                c = entry.get(load) or {}
+                models = f"{fmt_count(c.get('n_models'))} models"
+                if is_missing(c.get("rho")):
+                    loads.append(f"{load}-load ρ not computed ({models})")
+                else:
+                    loads.append(
+                        f"{load}-load ρ = {fmt(c.get('rho'))} (p = {fmt_p(c.get('p_value'))}, {models})"
+                    )
+            where = "all scales" if scale == "all" else f"{scale} scale"
+            parts.append(f"{where}, agreement with {label}: " + ", ".join(loads))
     return (
         f"**Correlations.** Spearman ρ between VAL (accuracy against `{inputs.val_policy}` labels) and the "
-        "benchmark "
-        "scores, with its p-value (the analysis gives no interval for ρ): " + "; ".join(parts) + ". A "
-        "policy-load ρ well above the capability-load ρ says validation accuracy tracks the policy, not "
-        "detection capability."
+        "models' agreement on each load group's benchmarks (fingerprint grouping) — with "
+        f"`{inputs.val_policy}`'s own labels of the benchmark prompts (the study's construct) and with each "
+        "benchmark's gold — with its p-value (the analysis gives no interval for ρ): "
+        + "; ".join(parts)
+        + ". A policy-load ρ well above the capability-load ρ says validation accuracy tracks the policy, "
+        "not detection capability."
     )
 
 
@@ -549,8 +668,11 @@ def _reading(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
         "",
         f"- {_reading_copyright(inputs.summary)}",
         f"- {_reading_load(inputs.summary)}",
+        f"- {_reading_swing(inputs.summary)}",
+        f"- {_reading_competence(inputs.summary)}",
         f"- {_reading_rank(inputs, alpha)}",
         f"- {_reading_correlations(inputs)}",
+        *_reading_study(inputs.summary),
         "",
         "**Caveats.**",
         "",
@@ -568,18 +690,49 @@ def _branch_legend(inputs: ReportInputs) -> list[str]:
     return ["### Branches", "", *markdown_table(["branch", "what it trains on"], rows, "ll"), ""]
 
 
+def _capability_rows(inputs: ReportInputs) -> tuple[pd.DataFrame | None, str]:
+    """headline.csv's rows of one grouping (the fingerprint's where present, else the study's), by model."""
+    table = inputs.capability_headline
+    if table is None or table.empty:
+        return None, ""
+    for grouping in ("fingerprint", "study"):
+        chosen = table[table["grouping"] == grouping]
+        if len(chosen):
+            return chosen.set_index("model"), grouping
+    return None, ""
+
+
 def _table1(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
     roles = benchmark_roles(headline_rows(inputs.scores, inputs.subset, inputs.mapping))
     harmful, benign, mixed = (
         [b for b, r in roles.items() if r == role] for role in ("harmful", "benign", "mixed")
     )
+    capability, grouping = _capability_rows(inputs)
+    if capability is None:
+        source = inputs.sources.get("capability_headline", "reports/analysis/headline.csv")
+        first = (
+            f"No capability-load CAP, AUROC or matched CAP: `{source}` is absent or has no capability-load "
+            "harmful set. "
+        )
+    else:
+        any_row = capability.iloc[0]
+        first = (
+            f"CAP cap-load: mean capture over the capability-load harmful sets only ({grouping} grouping: "
+            f"{_names(any_row['benchmarks'])}), with its bootstrap interval. AUROC: how well the model's "
+            "score ranks those sets' unsafe prompts above the safe prompts of the benign and mixed sets "
+            f"({_names(any_row['auroc_negatives'])}; each set weighs 1 within its class; threshold-free, no "
+            f"interval). CAP @ OR {fmt(any_row['matched_over_ref'], 2)}: the capability-load capture at the "
+            f"threshold where the model flags {fmt_rate(any_row['matched_over_ref'])} of the calibration "
+            "split's prompts every policy labels safe (params `analysis.calibration_split`; no interval). "
+        )
     lines = [
         "## Table 1 — headline scores per branch",
         "",
-        f"CAP: mean capture over the {len(harmful)} harmful sets ({_names(harmful)}); OVER-REF: mean "
-        f"over-refusal over the {len(benign)} benign sets ({_names(benign)}) — both unweighted means of the "
-        "per-benchmark rates (each set counts once, whatever its size), with percentile bootstrap intervals "
-        "that resample every set's prompts independently; mixed sets "
+        first
+        + f"CAP all: mean capture over all {len(harmful)} harmful sets ({_names(harmful)}), policy-load "
+        f"ones included; OVER-REF: mean over-refusal over the {len(benign)} benign sets ({_names(benign)}) — "
+        "both unweighted means of the per-benchmark rates (each set counts once, whatever its size), with "
+        "percentile bootstrap intervals that resample every set's prompts independently; mixed sets "
         f"({_names(mixed)}) are in neither mean. COPY: HarmBench-copyright capture; XSTest: over-refusal on "
         f"XSTest; VAL: 4-class accuracy on split `{inputs.val_split}` against each policy's labels. Seed "
         f"{inputs.main_seed} models only.",
@@ -590,8 +743,16 @@ def _table1(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
     for scale in _ordered_scales(inputs, main):
         rows = []
         for _, r in main[main["scale"] == scale].iterrows():
+            c = (
+                capability.loc[r["model"]]
+                if capability is not None and r["model"] in capability.index
+                else None
+            )
             cells = [
                 r["branch"],
+                MISSING if c is None else fmt_ci(c["cap"], c["cap_ci_low"], c["cap_ci_high"]),
+                MISSING if c is None else fmt(c["auroc"]),
+                MISSING if c is None else fmt(c["cap_matched"]),
                 fmt_ci(r["cap"], r["cap_ci_low"], r["cap_ci_high"]),
                 fmt_ci(r["over_ref"], r["over_ref_ci_low"], r["over_ref_ci_high"]),
                 fmt_ci(r["copy"], r["copy_ci_low"], r["copy_ci_high"]),
@@ -602,7 +763,17 @@ def _table1(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
             ]
             rows.append(cells)
         lines += [f"### {scale} scale", ""]
-        lines += markdown_table(["branch", "CAP", "OVER-REF", "COPY", "XSTest over-ref", *val_headers], rows)
+        header = [
+            "branch",
+            "CAP cap-load",
+            "AUROC",
+            "CAP @ OR",
+            "CAP all",
+            "OVER-REF",
+            "COPY",
+            "XSTest over-ref",
+        ]
+        lines += markdown_table([*header, *val_headers], rows)
         lines.append("")
     return [*lines, *_branch_legend(inputs)]
 
@@ -663,24 +834,29 @@ def _span_section(inputs: ReportInputs) -> list[str]:
     header = [
         "benchmark",
         "load",
+        "study load",
+        "swing",
         "metric",
         "Δ_b",
         *[f"range {c[len('range_') :]}" for c in range_columns],
         "Φ_b",
+        "Φ max",
+        "seed recipes",
     ]
-    header += ["Φ median", "seed triples"]
     rows = []
     for _, r in span.iterrows():
         rows.append(
             [
                 r["benchmark"],
                 r["load"],
+                r.get("study_load", MISSING),
+                fmt(r.get("swing")),
                 r["primary_metric"],
                 fmt_ci(r["delta"], r["delta_ci_low"], r["delta_ci_high"]),
                 *[fmt(r[c]) for c in range_columns],
                 fmt_ci(r["phi"], r["phi_ci_low"], r["phi_ci_high"]),
-                fmt(r["phi_median"]),
-                fmt_count(r["n_triples"]),
+                fmt(r["phi_max"]),
+                fmt_count(r["n_recipes"]),
             ]
         )
     c = inputs.summary.get("load_contrast") or {}
@@ -688,10 +864,13 @@ def _span_section(inputs: ReportInputs) -> list[str]:
         "## Label-supervision span Δ_b beside the seed noise floor Φ_b",
         "",
         "Δ_b: the mean over scales of the range (max − min over branches) of the benchmark's primary metric. "
-        "Φ_b: the widest spread of that metric over the seeds of one recipe (— where no seed triple was "
-        "scored). Rows are grouped policy-load, capability-load, other.",
+        "Φ_b: the median over the recipes trained at several seeds of each one's spread of that metric, with "
+        "the interval of that median over the bootstrap resamples (— where no recipe was scored at several "
+        "seeds); Φ max: the widest. load: the analysis' grouping, from the policy fingerprint's swing "
+        "|agreement A − agreement B| (policy above `analysis.load.swing_threshold`); study load: the study's "
+        "grouping. Rows are grouped policy-load, capability-load, other.",
         "",
-        *markdown_table(header, rows, "lll" + "r" * (len(header) - 3)),
+        *markdown_table(header, rows, "lllll" + "r" * (len(header) - 5)),
         "",
         f"Mean Δ over policy-load benchmarks: "
         f"{fmt_ci(c.get('policy_mean_delta'), c.get('policy_ci_low'), c.get('policy_ci_high'))}; over "
@@ -703,8 +882,78 @@ def _span_section(inputs: ReportInputs) -> list[str]:
     link = inputs.figure_links.get("span_vs_floor")
     if link:
         lines += [f"![Δ_b beside Φ_b per benchmark]({link})", ""]
+    lines += _span_scale(inputs)
+    lines += _swing_table(inputs)
     lines += _noise_floor(inputs)
     return lines
+
+
+def _span_scale(inputs: ReportInputs) -> list[str]:
+    title = "### Per scale: Δ against the seed noise of as many runs"
+    table = inputs.span_scale
+    if table is None:
+        source = inputs.sources.get("span_scale", "reports/analysis/span_scale.csv")
+        return [title, "", f"`{source}` is absent, so Δ is not compared with Φ per scale.", ""]
+    chosen = headline_rows(table, inputs.subset, inputs.mapping).copy()
+    chosen["_scale"] = [_scale_rank(inputs, str(x)) for x in chosen["scale"]]
+    chosen = chosen.sort_values(["benchmark", "_scale"])
+    rows = [
+        [
+            r["benchmark"],
+            r["scale"],
+            fmt(r["swing"]),
+            fmt_count(r["n_branches"]),
+            fmt_ci(r["delta"], r["delta_ci_low"], r["delta_ci_high"]),
+            fmt_ci(r["phi"], r["phi_ci_low"], r["phi_ci_high"]),
+            fmt_ci(r["noise_range"], r["noise_range_ci_low"], r["noise_range_ci_high"]),
+            fmt_ci(r["excess"], r["excess_ci_low"], r["excess_ci_high"]),
+            str(r["verdict"]).split(":")[0],
+        ]
+        for _, r in chosen.iterrows()
+    ]
+    return [
+        title,
+        "",
+        "At each scale, Δ (the range over that scale's n branches) beside Φ at the same scale, and beside "
+        "the range seed noise alone would give n runs: each recipe's k-seed spread scaled by d2(n)/d2(k), "
+        "the ratio of the expected ranges of n and k normal draws, median over the scale's recipes. "
+        "*competence*: the policies agree on the benchmark (swing ≤ `analysis.competence.max_swing`) yet "
+        "Δ exceeds that noise — the span is competence, not policy.",
+        "",
+        *markdown_table(
+            ["benchmark", "scale", "swing", "n", "Δ", "Φ", "noise of n runs", "Δ − noise", "verdict"],
+            rows,
+            "llrrrrrrl",
+            empty="No per-scale comparison (no scale has two branch models).",
+        ),
+        "",
+    ]
+
+
+def _swing_table(inputs: ReportInputs) -> list[str]:
+    table = inputs.swing_vs_span
+    if table is None or table.empty:
+        return []
+    rows = [
+        [
+            r["scale"],
+            fmt_count(r["n_benchmarks"]),
+            fmt_ci(r["rho"], r["ci_low"], r["ci_high"]),
+            fmt_p(r["p_value"]),
+            MISSING if is_missing(r["note"]) else str(r["note"]),
+        ]
+        for _, r in table.iterrows()
+    ]
+    return [
+        "### The fingerprint's swing against Δ",
+        "",
+        "Spearman ρ across benchmarks between the fingerprint's swing (computed before any training, held "
+        "fixed) and Δ (scale `all`: Δ_b; a scale: that scale's range), with the percentile interval over the "
+        "resamples of each benchmark's prompts and scipy's p-value.",
+        "",
+        *markdown_table(["scale", "benchmarks", "ρ", "p", "note"], rows, "lrrrl"),
+        "",
+    ]
 
 
 def _noise_floor(inputs: ReportInputs) -> list[str]:
@@ -724,13 +973,19 @@ def _noise_floor(inputs: ReportInputs) -> list[str]:
             "",
         ]
     rows = [
-        [r["recipe"], r["benchmark"], str(r["seeds"]), fmt_ci(r["spread"], r["ci_low"], r["ci_high"])]
+        [
+            r["recipe"],
+            str(r.get("scale", MISSING)),
+            r["benchmark"],
+            str(r["seeds"]),
+            fmt_ci(r["spread"], r["ci_low"], r["ci_high"]),
+        ]
         for _, r in rows_here.sort_values(["recipe", "benchmark"]).iterrows()
     ]
     return [
         "<details><summary>Seed spread per recipe and benchmark</summary>",
         "",
-        *markdown_table(["recipe", "benchmark", "seeds", "spread"], rows, "lllr"),
+        *markdown_table(["recipe", "scale", "benchmark", "seeds", "spread"], rows, "llllr"),
         "",
         "</details>",
         "",
@@ -1005,23 +1260,48 @@ def _rank_table(inputs: ReportInputs) -> list[str]:
             r["scale"],
             r["benchmark"],
             f"{int(r['k'])} of {int(r['n'])}",
+            r["direction"],
             r["extreme"],
             fmt_p(r["p_value"]),
+            fmt_p(r["null_probability"]),
+            "yes" if str(r["hit"]).lower() == "true" else "no",
+            fmt_rate(r["stability"]),
         ]
         for _, r in tests.iterrows()
     ]
+    chance = inputs.summary.get("rank_chance") or {}
     return [
         "## Rank tests",
         "",
-        "Exact permutation test: p = 1/C(n, k) when the set takes all k top or bottom ranks of a benchmark, "
-        "1 otherwise (a p-value, not an interval).",
+        "Exact permutation test of whether the set takes all k top or bottom ranks of a benchmark's "
+        "primary metric among the n branches of a scale. direction: fixed in params "
+        "(`analysis.rank_direction`) before the run — one-sided, p = 1/C(n, k) when the set is extreme that "
+        "way — or two-sided, p = 2/C(n, k) when extreme either way; — otherwise. chance: the probability "
+        "of a hit under exchangeable branches. "
+        "stable: the share of bootstrap resamples in which the observed extreme ranking still holds.",
         "",
         *markdown_table(
-            ["branch set", "scale", "benchmark", "k of n", "extreme", "p"],
+            [
+                "branch set",
+                "scale",
+                "benchmark",
+                "k of n",
+                "direction",
+                "extreme",
+                "p",
+                "chance",
+                "hit",
+                "stable",
+            ],
             rows,
-            "lllrlr",
+            "lllrllrrlr",
             empty="No rank test was run (no branch set had its branches scored at any scale).",
         ),
+        "",
+        f"Hits expected by chance over the {fmt_count(chance.get('tests'))} tests: "
+        f"{fmt(chance.get('expected_hits'), 2)} (the sum of the chances that can reach p ≤ "
+        f"{fmt(chance.get('alpha'), 2)}; at most {fmt(chance.get('alpha_bound'), 2)} = tests × α); hits: "
+        f"{fmt_count(chance.get('hits'))}.",
         "",
     ]
 
@@ -1030,28 +1310,153 @@ def _correlation_table(inputs: ReportInputs) -> list[str]:
     table = inputs.correlations.copy()
     table["_order"] = [_scale_rank(inputs, s) for s in table["scale"]]
     table["_load"] = [LOAD_ORDER.index(x) if x in LOAD_ORDER else len(LOAD_ORDER) for x in table["load"]]
-    table = table.sort_values(["_order", "val_policy", "_load"])
-    # The analysis may add a `note` column saying why a ρ is absent (too few models).
-    has_note = "note" in table.columns
+    table = table.sort_values(["_order", "grouping", "target", "_load"])
     rows = [
-        [r["scale"], r["val_policy"], r["load"], fmt(r["rho"]), fmt_p(r["p_value"]), fmt_count(r["n_models"])]
-        + ([MISSING if is_missing(r["note"]) else str(r["note"])] if has_note else [])
+        [
+            r["scale"],
+            r["grouping"],
+            r["target"],
+            r["load"],
+            fmt(r["rho"]),
+            fmt_p(r["p_value"]),
+            fmt_count(r["n_models"]),
+            MISSING if is_missing(r["note"]) else str(r["note"]),
+        ]
         for _, r in table.iterrows()
     ]
     link = inputs.figure_links.get("cap_vs_overref")
     return [
         "## Spearman correlations",
         "",
-        "ρ between VAL and the models' mean score on each load group's benchmarks, with its p-value.",
+        f"ρ across branch models between VAL (accuracy against `{inputs.val_policy}` labels) and the models' "
+        "mean agreement on each load group's benchmarks — with each benchmark's gold (target `gold`) or with "
+        f"`{inputs.val_policy}`'s own labels of the same prompts (target `val_policy_labels`, the study's "
+        "construct) — under the fingerprint's grouping and the study's, with its p-value.",
         "",
         *markdown_table(
-            ["scale", "VAL against", "load", "ρ", "p", "models", *(["note"] if has_note else [])],
+            ["scale", "grouping", "agreement with", "load", "ρ", "p", "models", "note"],
             rows,
-            "lllrrr" + ("l" if has_note else ""),
+            "llllrrrl",
             empty="No correlation was computed.",
         ),
         "",
         *([f"![mean CAP vs mean OVER-REF per model]({link})", ""] if link else []),
+    ]
+
+
+def _targets(inputs: ReportInputs) -> list[str]:
+    targets = inputs.summary.get("targets") or {}
+    title = "## Targets (issue 14)"
+    if not targets:
+        return [title, "", "The analysis reports no targets (summary.json predates them).", ""]
+    rows = [
+        [
+            name,
+            str(e.get("status", MISSING)),
+            e["value"] if isinstance(e.get("value"), str) else fmt(e.get("value")),
+            f"{e.get('comparison', '')} {fmt(e.get('threshold'), 2)}",
+            str(e.get("detail") or MISSING),
+        ]
+        for name, e in targets.items()
+    ]
+    met = sum(1 for e in targets.values() if e.get("status") == "met")
+    return [
+        title,
+        "",
+        f"{met} of {len(targets)} targets met (params `analysis.targets`; values measured by the analysis, "
+        f"subset `{inputs.subset}`, mapping `{inputs.mapping}`). *not measured*: this run lacks what the "
+        "target needs.",
+        "",
+        *markdown_table(["target", "status", "value", "bar", "measured"], rows, "llrll"),
+        "",
+    ]
+
+
+def _competence(inputs: ReportInputs) -> list[str]:
+    title = "## Competence on the benchmarks both policies call unsafe"
+    competence = inputs.summary.get("competence") or {}
+    table = inputs.competence
+    if table is None or table.empty:
+        why = (
+            "no fingerprint was given"
+            if not competence.get("fingerprint")
+            else "no evaluated benchmark is one both policies agree is unsafe"
+        )
+        return [title, "", f"Not reported: {why}.", ""]
+    benchmarks = sorted(b for b in set(table["benchmark"]) if not str(b).startswith(MEAN_PREFIX))
+    means = sorted(b for b in set(table["benchmark"]) if str(b).startswith(MEAN_PREFIX))
+    models = table.drop_duplicates("model").copy()
+    models["_kind"] = [0 if k == "teacher" else 1 for k in models["kind"]]
+    models["_scale"] = [_scale_rank(inputs, str(x)) for x in models["scale"]]
+    models["_branch"] = [natural_key(str(b)) for b in models["branch"]]
+    models = models.sort_values(["_kind", "_scale", "_branch", "seed"])
+    by = table.set_index(["model", "benchmark"])
+    rows = []
+    for _, m in models.iterrows():
+        cells = [m["kind"], str(m["scale"]), str(m["branch"]), str(int(m["seed"]))]
+        for benchmark in [*benchmarks, *means]:
+            if (m["model"], benchmark) in by.index:
+                r = by.loc[(m["model"], benchmark)]
+                cells.append(fmt_ci(r["cap"], r["ci_low"], r["ci_high"]))
+            else:
+                cells.append(MISSING)
+        rows.append(cells)
+    return [
+        title,
+        "",
+        "Capture per model — the teachers first, then every branch at every scale and seed — on the "
+        "benchmarks the policy fingerprint says both policies agree are unsafe (swing ≤ "
+        f"{fmt(competence.get('max_swing'), 2)} and each policy labels ≥ "
+        f"{fmt_rate(competence.get('min_unsafe'))} of the prompts unsafe), and the mean over them with its "
+        "bootstrap interval. A competent guard of either policy captures these sets; a "
+        "branch far below the teachers here lacks competence, whatever its policy.",
+        "",
+        *markdown_table(
+            [
+                "kind",
+                "scale",
+                "branch",
+                "seed",
+                *benchmarks,
+                *(f"{b.removeprefix(MEAN_PREFIX)} (mean)" for b in means),
+            ],
+            rows,
+            "llll" + "r" * (len(benchmarks) + len(means)),
+        ),
+        "",
+        *_competence_verdicts(inputs),
+    ]
+
+
+def _competence_verdicts(inputs: ReportInputs) -> list[str]:
+    """The analysis' verdicts (span_scale.csv) on spans that could be competence rather than policy."""
+    table = inputs.span_scale
+    if table is None:
+        return []
+    chosen = headline_rows(table, inputs.subset, inputs.mapping)
+    flagged = chosen[chosen["verdict"].astype(str).str.startswith("competence:")]
+    if chosen["verdict"].astype(str).str.startswith("undetermined").all():
+        return [
+            "**Verdict.** None: no scale has both two branches and a seed noise floor, so no span can be "
+            "told from seed noise (span_scale.csv).",
+            "",
+        ]
+    if flagged.empty:
+        return [
+            "**Verdict.** No benchmark the policies agree on has a span beyond what seed noise alone gives "
+            "the branches (span_scale.csv).",
+            "",
+        ]
+    items = [
+        f"`{r['benchmark']}` at the {r['scale']} scale (swing {fmt(r['swing'])}, Δ = "
+        f"{fmt_ci(r['delta'], r['delta_ci_low'], r['delta_ci_high'])}, seed noise of "
+        f"{fmt_count(r['n_branches'])} runs ≈ {fmt(r['noise_range'])})"
+        for _, r in flagged.sort_values(["benchmark", "scale"]).iterrows()
+    ]
+    return [
+        "**Verdict: competence, not policy.** The policies agree on these benchmarks, yet the branches' "
+        f"span exceeds what seed noise alone gives them: {'; '.join(items)}.",
+        "",
     ]
 
 
@@ -1198,8 +1603,10 @@ def render_report(inputs: ReportInputs) -> str:
     sections = [
         _header(inputs),
         _reading(inputs, headline),
+        _targets(inputs),
         _table1(inputs, headline),
         _per_benchmark(inputs, headline),
+        _competence(inputs),
         _span_section(inputs),
         _contamination(inputs),
         _mapping_effect(inputs, headline),

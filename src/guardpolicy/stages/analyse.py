@@ -3,18 +3,23 @@
 Reads params `analysis`, the profile's `bootstrap_samples` and seeds (the main seed picks the branch models
 of the spans), `policies`, `evaluation.splits`, `branches` (to check `analysis.rank_sets`), the evaluation
 plan (data/models.yaml, checked against params), the benchmark registry (each benchmark's role from its label
-kind), reports/eval/<model>/predictions.parquet of every planned evaluation and, when given,
-reports/fingerprint.csv; and, for every guard of params `baselines.guards` (the optional sub-pipeline
+kind), reports/eval/<model>/predictions.parquet of every planned evaluation and, when given, the
+fingerprint stage's reports/fingerprint.csv, reports/fingerprint.json (each benchmark's swing and the share
+each policy labels unsafe: the load grouping, the competence set, swing vs span) and
+reports/fingerprint_labels.parquet (every benchmark prompt's label under each policy: agreement with the VAL
+policy's own labels); and, for every guard of params `baselines.guards` (the optional sub-pipeline
 pipelines/baselines/dvc.yaml), reports/baselines/<guard>/predictions.parquet, analysed as model
 `baseline-<guard>` beside ours (data/taxonomy.yaml says which gold classes are safe for the calibration).
 Writes scores.csv (per dataset, plus the headline means `mean:harmful` / `mean:benign` with their bootstrap
-intervals), span.csv, noise_floor.csv, rank_test.csv, correlations.csv, mapping_effect.csv, xstest.csv,
-xstest_pairs.csv, baseline_parse.csv, calibration.csv and summary.json (see docs/data-contracts.md,
-"Analysis"). With no guard configured the two baseline tables have a header only.
+intervals), span.csv, span_scale.csv, noise_floor.csv, swing_vs_span.csv, rank_test.csv, correlations.csv,
+headline.csv, competence.csv, mapping_effect.csv, xstest.csv, xstest_pairs.csv, baseline_parse.csv,
+calibration.csv and summary.json (see docs/data-contracts.md, "Analysis"). With no guard configured the two
+baseline tables have a header only.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -33,6 +38,13 @@ from guardpolicy.analysis.baselines import (
     guard_model_name,
     parse_counts,
 )
+from guardpolicy.analysis.competence import (
+    competence_table,
+    evaluate_targets,
+    headline_table,
+    study_comparison,
+)
+from guardpolicy.analysis.fingerprint import PROMPT_LABEL_COLUMNS
 from guardpolicy.analysis.scores import (
     BOUNDARY_UNSAFE,
     DEFAULT,
@@ -46,14 +58,22 @@ from guardpolicy.analysis.scores import (
     scores_table,
 )
 from guardpolicy.analysis.sensitivity import (
+    STUDY_GROUPING,
+    PolicyFingerprint,
+    agreed_mean_delta,
     compute_spans,
     copyright_vs_noise,
     correlation_table,
     load_contrast,
+    load_groupings,
     mapping_effect_table,
     noise_floor_table,
+    policy_label_agreement,
+    rank_chance,
     rank_test_table,
+    span_scale_table,
     span_table,
+    swing_vs_span_table,
 )
 from guardpolicy.analysis.summary import build_summary
 from guardpolicy.analysis.xstest import (
@@ -67,7 +87,7 @@ from guardpolicy.baselines import BASELINES_DIR
 from guardpolicy.config import Params, load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import atomic_path, write_json
+from guardpolicy.io import atomic_path, read_json, write_json
 from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
 from guardpolicy.training.branches import PLAN_FILE, check_plan_document, main_seed
 
@@ -77,6 +97,9 @@ EVAL_DIR = "reports/eval"
 ANALYSIS_DIR = "reports/analysis"
 REGISTRY_FILE = "data/benchmarks.yaml"
 FINGERPRINT_FILE = "reports/fingerprint.csv"
+# Beside fingerprint.csv, written by the same stage.
+FINGERPRINT_JSON_NAME = "fingerprint.json"
+POLICY_LABELS_NAME = "fingerprint_labels.parquet"
 PREDICTIONS_NAME = "predictions.parquet"
 FINGERPRINT_COLUMNS = ("benchmark", "policy", "agreement")
 # Six significant digits: enough for any rate over the study's largest benchmark, stable across platforms.
@@ -120,6 +143,80 @@ def read_fingerprint(path: Path) -> pd.DataFrame:
     return frame[list(FINGERPRINT_COLUMNS)]
 
 
+def _fingerprint_stage_error(path: Path, message: str, **where: Any) -> InputError:
+    return InputError(path, f"{message}; stage fingerprint writes it (`dvc repro fingerprint`)", **where)
+
+
+def read_fingerprint_json(path: Path) -> PolicyFingerprint:
+    """reports/fingerprint.json -> each benchmark's swing and the share of its prompts each policy labels
+    unsafe; a missing file, key or a bad number is an InputError naming the file and the field."""
+    if not path.is_file():
+        raise _fingerprint_stage_error(path, "file not found")
+    try:
+        payload = read_json(path)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"not valid JSON: {exc.msg}", row=exc.lineno) from exc
+    pair = payload.get("pair") if isinstance(payload, dict) else None
+    benchmarks = payload.get("benchmarks") if isinstance(payload, dict) else None
+    if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
+        raise _fingerprint_stage_error(path, "expected `pair`: a list of two policy names", field="pair")
+    if not isinstance(benchmarks, dict):
+        raise _fingerprint_stage_error(path, "expected `benchmarks`: a mapping", field="benchmarks")
+    swing: dict[str, float] = {}
+    unsafe_share: dict[str, dict[str, float]] = {}
+    for name, entry in sorted(benchmarks.items()):
+        where = f"benchmarks.{name}"
+        n = entry.get("n") if isinstance(entry, dict) else None
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            raise InputError(path, f"expected a positive prompt count, got {n!r}", field=f"{where}.n")
+        shares = {}
+        for policy, result in (entry.get("policies") or {}).items():
+            unsafe = result.get("unsafe") if isinstance(result, dict) else None
+            if not isinstance(unsafe, int) or isinstance(unsafe, bool) or not 0 <= unsafe <= n:
+                raise InputError(
+                    path,
+                    f"expected an unsafe count in [0, {n}], got {unsafe!r}",
+                    field=f"{where}.{policy}.unsafe",
+                )
+            shares[policy] = unsafe / n
+        unsafe_share[name] = shares
+        if "swing" in entry:
+            value = entry["swing"]
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+                raise InputError(path, f"expected a swing in [0, 1], got {value!r}", field=f"{where}.swing")
+            swing[name] = float(value)
+    return PolicyFingerprint(pair=(pair[0], pair[1]), swing=swing, unsafe_share=unsafe_share)
+
+
+def read_policy_labels(path: Path, policy: str, unsafe_classes: tuple[str, ...]) -> pd.DataFrame:
+    """reports/fingerprint_labels.parquet -> `policy`'s binary label of every benchmark prompt it labelled
+    (benchmark, id, unsafe), `unsafe_classes` counting as unsafe. Empty when the policy labelled none (an
+    `import` policy cannot label benchmark prompts)."""
+    if not path.is_file():
+        raise _fingerprint_stage_error(path, "file not found (every benchmark prompt's label per policy)")
+    present = set(pq.read_schema(path).names)
+    missing = [column for column in PROMPT_LABEL_COLUMNS if column not in present]
+    if missing:
+        raise _fingerprint_stage_error(path, f"missing column(s) {missing}", row="header", field=missing[0])
+    frame = pd.read_parquet(path, columns=["benchmark", "id", "policy", "coarse"])
+    frame = frame[frame["policy"].astype(str) == policy]
+    # Rows are numbered as in the file (the frame keeps the file's row index after the policy filter).
+    if frame["coarse"].isna().any():
+        row = int(frame.index[frame["coarse"].isna().to_numpy()][0]) + 1
+        raise InputError(path, f"null label of policy {policy!r}", row=row, field="coarse")
+    duplicated = frame.duplicated(["benchmark", "id"])
+    if duplicated.any():
+        row = int(frame.index[duplicated.to_numpy()][0]) + 1
+        raise InputError(path, f"prompt labelled twice by policy {policy!r}", row=row, field="id")
+    return pd.DataFrame(
+        {
+            "benchmark": frame["benchmark"].astype(str).to_numpy(),
+            "id": frame["id"].astype(str).to_numpy(),
+            "unsafe": frame["coarse"].astype(str).isin(list(unsafe_classes)).to_numpy(),
+        }
+    )
+
+
 def check_analysis_params(params: Params, where: str) -> None:
     """Cross-references of params `analysis` one section cannot check alone (ConfigError naming the key)."""
     config = params.analysis
@@ -139,6 +236,32 @@ def check_analysis_params(params: Params, where: str) -> None:
         unknown = sorted(set(members) - set(params.branches))
         if unknown:
             raise ConfigError(f"{where}: analysis.rank_sets.{name}: unknown branch(es) {unknown}")
+    unknown = sorted(set(config.targets.over_refusal_teachers) - set(params.policies))
+    if unknown:
+        raise ConfigError(
+            f"{where}: analysis.targets.over_refusal_teachers: {unknown} are not among the policies "
+            f"{sorted(params.policies)}"
+        )
+
+
+def warn_unregistered(params: Params, registry: Mapping[str, Any], where: str) -> None:
+    """Log each benchmark that params `analysis.rank_direction` / `analysis.targets` name but the registry
+    lacks (a typo, or a trimmed registry): its rank test is then two-sided and its target not measured."""
+    config = params.analysis
+    named = {
+        f"analysis.rank_direction.{name}.{benchmark}": benchmark
+        for name, directions in config.rank_direction.items()
+        for benchmark in directions
+    }
+    targets = config.targets
+    named |= {
+        f"analysis.targets.capture_benchmarks[{i}]": b for i, b in enumerate(targets.capture_benchmarks)
+    }
+    named["analysis.targets.over_refusal_benchmark"] = targets.over_refusal_benchmark
+    named["analysis.targets.copyright_benchmark"] = targets.copyright_benchmark
+    for key, benchmark in named.items():
+        if benchmark not in registry:
+            log.warning("%s: %s: %r is not in the benchmark registry", where, key, benchmark)
 
 
 def check_evaluations(evaluations: Mapping[str, Any], where: str) -> None:
@@ -173,12 +296,17 @@ def analyse(
     evaluations: Mapping[str, Mapping[str, Any]] | None = None,
     baselines_dir: str = BASELINES_DIR,
     taxonomy_file: str = TAXONOMY_FILE,
+    fingerprint_json: str | None = None,
+    policy_labels_file: str | None = None,
 ) -> dict:
     """Compute every table of the analysis and summary.json; returns the summary.
 
     `evaluations` (model -> kind, scale, branch, seed, recipe) replaces the plan file when given (tests and
     ad-hoc model sets); otherwise the plan's `evaluations` are used after checking the plan is current.
-    `fingerprint_file=None` skips the fingerprint summary; a named file that is missing is an error.
+    `fingerprint_file=None` runs without the fingerprint: no fingerprint summary, load grouping, competence
+    set, swing-vs-span test or VAL-policy agreement (each says so). Otherwise fingerprint.csv, its JSON
+    twin (`fingerprint_json`, default: fingerprint.json beside it) and the per-prompt labels
+    (`policy_labels_file`, default: fingerprint_labels.parquet beside it) must all exist.
     Every guard of params `baselines.guards` must have its predictions in `baselines_dir`.
     """
     started = time.perf_counter()
@@ -192,6 +320,7 @@ def analyse(
         where = "evaluations"
     check_evaluations(evaluations, where)
     label_kinds = {name: spec.label.kind for name, spec in load_registry(registry_file).items()}
+    warn_unregistered(params, label_kinds, params_file)
     policies = tuple(params.policies)
     samples = params.active.bootstrap_samples
 
@@ -207,6 +336,12 @@ def analyse(
             Path(files[model]), model, policies, stage=f"baseline@{guard} (pipelines/baselines/dvc.yaml)"
         )
     fingerprint = read_fingerprint(Path(fingerprint_file)) if fingerprint_file is not None else None
+    swings: PolicyFingerprint | None = None
+    labels_path: Path | None = None
+    if fingerprint_file is not None:
+        beside = Path(fingerprint_file).parent
+        swings = read_fingerprint_json(Path(fingerprint_json or beside / FINGERPRINT_JSON_NAME))
+        labels_path = Path(policy_labels_file or beside / POLICY_LABELS_NAME)
     models = model_frame({**evaluations, **baseline_evaluations(guards)})
     taxonomy = load_taxonomy(taxonomy_file)
     unsafe_labels = {
@@ -214,6 +349,15 @@ def analyse(
         BOUNDARY_UNSAFE: tuple(dict.fromkeys((*taxonomy.unsafe_classes, BOUNDARY_CLASS))),
     }
     model_order, matrices = build_matrices(predictions, label_kinds, files, policies, unsafe_labels)
+    policy_agreement, policy_note = None, "no fingerprint given: no per-prompt labels of the VAL policy"
+    if labels_path is not None:
+        labels = read_policy_labels(labels_path, config.val_policy, unsafe_labels[config.mapping])
+        if labels.empty:
+            policy_note = f"policy {config.val_policy!r} labelled no benchmark prompt ({labels_path})"
+        else:
+            policy_agreement = policy_label_agreement(
+                matrices, labels, config.subset, config.mapping, str(labels_path)
+            )
     log.info(
         "analyse: %d models (%d open guards), %d datasets, B = %d bootstrap samples (seed %d)",
         len(model_order),
@@ -226,12 +370,49 @@ def analyse(
     seed = main_seed(params)
 
     scores = scores_table(store, models, config.confidence, config.wilson_max_n)
-    spans = compute_spans(store, models, seed, config.load, config.primary_metric)
+    spans = compute_spans(store, models, seed, config.load, config.primary_metric, swings)
     spans_frame = span_table(spans, config.confidence)
+    span_scale = span_scale_table(spans, config.confidence, config.competence.max_swing)
     noise = noise_floor_table(spans, config.confidence)
-    ranks = rank_test_table(store, models, seed, config.rank_sets, config.primary_metric)
+    swing_span = swing_vs_span_table(spans, config.subset, config.mapping, config.confidence)
+    ranks = rank_test_table(
+        store, models, seed, config.rank_sets, config.primary_metric, config.rank_direction, config.confidence
+    )
+    groupings = load_groupings(spans, config.subset, config.mapping)
     correlations = correlation_table(
-        store, models, seed, config.load, config.val_split, config.val_policy, config.subset, config.mapping
+        store,
+        models,
+        seed,
+        groupings,
+        config.val_split,
+        config.val_policy,
+        config.subset,
+        config.mapping,
+        policy_agreement,
+        policy_note,
+    )
+    headline = headline_table(
+        matrices,
+        store,
+        models,
+        groupings,
+        subset=config.subset,
+        mapping=config.mapping,
+        calibration_split=config.calibration_split,
+        matched_over_ref=config.matched_over_ref,
+        confidence=config.confidence,
+    )
+    agreed_unsafe = (
+        swings.agreed_unsafe(config.competence.max_swing, config.competence.min_unsafe) if swings else []
+    )
+    competence = competence_table(
+        scores,
+        store,
+        models,
+        agreed_unsafe,
+        subset=config.subset,
+        mapping=config.mapping,
+        confidence=config.confidence,
     )
     mapping_effect = mapping_effect_table(store)
     xstest = [m for m in matrices if m.name == XSTEST]
@@ -252,7 +433,38 @@ def analyse(
         confidence=config.confidence,
     )
     contrast = load_contrast(spans, config.subset, config.mapping, config.confidence)
-    copyright_noise = copyright_vs_noise(spans, config.subset, config.mapping, config.confidence)
+    contrast_study = load_contrast(spans, config.subset, config.mapping, config.confidence, STUDY_GROUPING)
+    copyright_noise = copyright_vs_noise(
+        spans, config.subset, config.mapping, config.confidence, config.targets.copyright_benchmark
+    )
+    agreed = agreed_mean_delta(
+        spans, config.subset, config.mapping, config.confidence, swings, config.competence.max_swing
+    )
+    chance = rank_chance(ranks, config.subset, config.mapping, config.confidence)
+    targets = evaluate_targets(
+        scores=scores,
+        models=models,
+        main_seed=seed,
+        targets=config.targets,
+        copyright_vs_noise=copyright_noise,
+        agreed_mean=agreed,
+        swing_vs_span=swing_span,
+        rank_tests=ranks,
+        subset=config.subset,
+        mapping=config.mapping,
+    )
+    study = study_comparison(
+        copyright_vs_noise=copyright_noise,
+        load_contrast=contrast,
+        span_scale=span_scale,
+        rank_tests=ranks,
+        correlations=correlations,
+        swing_vs_span=swing_span,
+        top_set=config.targets.top_set,
+        copyright_benchmark=config.targets.copyright_benchmark,
+        subset=config.subset,
+        mapping=config.mapping,
+    )
     benchmarks = [m.name for m in matrices if m.role != SPLIT]
     guard_models = {guard_model_name(guard) for guard in guards}
     summary = build_summary(
@@ -271,15 +483,32 @@ def analyse(
         mapping_effect=mapping_effect[~mapping_effect["model"].isin(guard_models)],
         fingerprint=fingerprint,
         baselines=baseline_summary(scores, parse, config.subset),
+        load_contrast_study=contrast_study,
+        agreed_spans=agreed,
+        span_scale=span_scale,
+        swing_vs_span=swing_span,
+        rank_chance=chance,
+        competence={
+            "max_swing": config.competence.max_swing,
+            "min_unsafe": config.competence.min_unsafe,
+            "benchmarks": ",".join(agreed_unsafe),
+            "fingerprint": swings is not None,
+        },
+        targets=targets,
+        study=study,
     )
 
     out = Path(out_dir)
     tables = {
         "scores.csv": scores,
         "span.csv": spans_frame,
+        "span_scale.csv": span_scale,
         "noise_floor.csv": noise,
+        "swing_vs_span.csv": swing_span,
         "rank_test.csv": ranks,
         "correlations.csv": correlations,
+        "headline.csv": headline,
+        "competence.csv": competence,
         "mapping_effect.csv": mapping_effect,
         "xstest.csv": types,
         "xstest_pairs.csv": pairs,

@@ -216,7 +216,7 @@ def log_prompt_tokens(guard: str, datasets: list[str], tokens: PromptTokens) -> 
             datasets,
             np.asarray(tokens.n_tokens),
             tokens.max_length,
-            "left" if tokens.kept == "tail" else "right",
+            tokens.kept,
         )
         return
     frame = pd.DataFrame({"dataset": datasets, "n_tokens": tokens.n_tokens or [None] * len(datasets)})

@@ -8,7 +8,8 @@
   backbone forward; no spans). Writes reports/eval/<model>/predictions.parquet and metrics.json.
 
 Both read at most `evaluation.max_length` tokens of a prompt (null: the profile's `max_length`), special
-tokens included; the tokenizer cuts the rest on its truncation side (right: the head is kept). Every
+tokens included; the rest is cut the way the model was trained to read prompts (its config's `truncation`:
+head, tail or both ends). Every
 predictions row records the prompt's token count before truncation (`n_tokens`) and `truncated`, and the
 stage logs one line per dataset: "N of M prompts truncated to K tokens (head kept)".
 
@@ -30,7 +31,13 @@ import pandas as pd
 from guardpolicy.config import Params, load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError, key_difference
-from guardpolicy.evaluation.items import benchmark_items, combine_items, item_keys, split_items
+from guardpolicy.evaluation.items import (
+    SPLIT_PREFIX,
+    benchmark_items,
+    combine_items,
+    item_keys,
+    split_items,
+)
 from guardpolicy.evaluation.metrics import ROLES, model_metrics
 from guardpolicy.io import atomic_path, read_json, sha256_file, write_json, write_parquet
 from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
@@ -234,7 +241,7 @@ def features(
     features_dir: str = FEATURES_DIR,
 ) -> dict[str, Any]:
     """Stage features@<model>: the model's first-token states over every item -> data/features/<model>.npz."""
-    from guardpolicy.evaluation.scoring import run_guard
+    from guardpolicy.evaluation.scoring import run_guard, run_guard_on_prefix
     from guardpolicy.training.device import choose_device, configure_threads
 
     params = load_params(params_file)
@@ -252,16 +259,30 @@ def features(
     log.info(
         "features %s: backbone of %s over %d items, max_length %d", model, model_dir, len(items), max_length
     )
-    scores = run_guard(
-        guard,
-        tokenizer,
-        items["prompt"].tolist(),
-        batch_size=params.evaluation.batch_size,
-        max_length=max_length,
-        device=device,
-        with_features=True,
-        description=f"features {model}",
-    )
+    if guard.config.frozen_layers:
+        rows, where = _prefix_rows(params, feature_models[model]["scale"], items, models_dir)
+        scores = run_guard_on_prefix(
+            guard,
+            tokenizer,
+            items["prompt"].tolist(),
+            rows,
+            batch_size=params.evaluation.batch_size,
+            max_length=max_length,
+            with_features=True,
+            description=f"features {model}",
+            where=where,
+        )
+    else:
+        scores = run_guard(
+            guard,
+            tokenizer,
+            items["prompt"].tolist(),
+            batch_size=params.evaluation.batch_size,
+            max_length=max_length,
+            device=device,
+            with_features=True,
+            description=f"features {model}",
+        )
     out = Path(features_dir) / f"{model}.npz"
     write_features(
         out,
@@ -302,6 +323,23 @@ def _card_facts(model_dir: Path) -> dict[str, Any]:
     return {key: value for key, value in facts.items() if value is not None}
 
 
+def _prefix_rows(params: Params, scale: str, items: pd.DataFrame, models_dir: str) -> tuple[list, str]:
+    """The cached prefix states of every evaluation item at `scale` (split items are pool prompts)."""
+    from guardpolicy.training.prefix_cache import POOL_SET, cache_key, prefix_stage, scale_prefix
+
+    cache = scale_prefix(params, scale, models_dir)
+    if cache is None:
+        raise ConfigError(
+            f"the model was trained with frozen_layers > 0 but scale {scale!r}'s encoder entry freezes no "
+            "layers now; retrain it (`dvc repro`)"
+        )
+    keys = [
+        cache_key(POOL_SET if dataset.startswith(SPLIT_PREFIX) else dataset, item_id)
+        for dataset, item_id in zip(items["dataset"], items["id"], strict=True)
+    ]
+    return cache.tensors(keys, prefix_stage(scale)), str(cache.folder)
+
+
 def evaluate(
     model: str,
     params_file: str = "params.yaml",
@@ -323,8 +361,10 @@ def evaluate(
         encode,
         encoded_batches,
         log_truncation,
+        model_truncation,
         predictions_table,
         run_guard,
+        run_guard_on_prefix,
     )
     from guardpolicy.training.device import choose_device, configure_threads
 
@@ -356,11 +396,30 @@ def evaluate(
             raise InputError(
                 features_file, f"tokenised by another tokenizer than {model_dir}'s", field="tokenizer"
             )
-        encoded = encode(tokenizer, items["prompt"].tolist(), max_length, with_offsets=False)
+        encoded = encode(
+            tokenizer, items["prompt"].tolist(), max_length, with_offsets=False, **model_truncation(guard)
+        )
         coarse, pillars = apply_heads(guard, states, encoded_batches(encoded, params.evaluation.batch_size))
         n_tokens = encoded.n_tokens
         spans: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         ran = f"heads on cached features {features_file}"
+    elif guard.config.frozen_layers:
+        rows, where = _prefix_rows(params, entry["scale"], items, models_dir)
+        scores = run_guard_on_prefix(
+            guard,
+            tokenizer,
+            items["prompt"].tolist(),
+            rows,
+            batch_size=params.evaluation.batch_size,
+            max_length=max_length,
+            span_threshold=params.evaluation.span_threshold,
+            description=f"evaluate {model}",
+            where=where,
+        )
+        coarse, pillars = scores.coarse_logits, scores.pillar_logits
+        n_tokens = scores.n_tokens
+        spans = (scores.span_start, scores.span_end)
+        ran = f"top layers of {model_dir} on the cached prefix {where}"
     else:
         configure_threads()
         scores = run_guard(
@@ -380,7 +439,7 @@ def evaluate(
     seconds = time.perf_counter() - started
     note_work(seconds, len(items))
     log_truncation(
-        f"evaluate {model}", items["dataset"].tolist(), n_tokens, max_length, tokenizer.truncation_side
+        f"evaluate {model}", items["dataset"].tolist(), n_tokens, max_length, guard.config.truncation
     )
     table = predictions_table(
         model,

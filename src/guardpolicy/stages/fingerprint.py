@@ -5,7 +5,9 @@ reported) and `fingerprint.facts_file`; the taxonomy, the benchmark registry, ev
 parquet + .meta.json and the facts file. A `rules` policy labels the fact-annotated benchmark rows, a
 `committee` policy the prompts themselves (through its answer cache), and an `import` policy cannot label
 prompts outside the user's pool file, so it is reported as not applicable. Writes reports/fingerprint.csv
-(the agreement table) and reports/fingerprint.json (per benchmark and policy, swings, ranking, skipped).
+(the agreement table), reports/fingerprint.json (per benchmark and policy, swings, ranking, skipped) and
+reports/fingerprint_labels.parquet (every benchmark prompt's coarse label under each policy that labelled it:
+stage analyse compares our models with the VAL policy's own labels).
 """
 
 from __future__ import annotations
@@ -18,11 +20,17 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from guardpolicy.analysis.fingerprint import agreement_row, fingerprint_report, fingerprint_table
+from guardpolicy.analysis.fingerprint import (
+    PROMPT_LABEL_COLUMNS,
+    agreement_row,
+    fingerprint_report,
+    fingerprint_table,
+    prompt_label_rows,
+)
 from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import read_json, write_json, write_text
+from guardpolicy.io import atomic_path, read_json, write_json, write_text
 from guardpolicy.labeling import Labeler, load_policy, make_labeler
 from guardpolicy.labeling.benchmarks import (
     GOLD_COLUMN,
@@ -85,6 +93,7 @@ def fingerprint(
     out_csv: str = "reports/fingerprint.csv",
     out_json: str = "reports/fingerprint.json",
     taxonomy_file: str = TAXONOMY_FILE,
+    out_labels: str = "reports/fingerprint_labels.parquet",
 ) -> dict:
     """Label every present benchmark under every policy; write the agreement table and the JSON metric."""
     params = load_params(params_file)
@@ -130,6 +139,7 @@ def fingerprint(
     )
 
     results: list[dict[str, Any]] = []
+    prompt_labels: list[pd.DataFrame] = []
     rules_fired: dict[tuple[str, str], dict[str, int]] = {}
     tasks = [(policy, name) for policy in labelers for name in benchmarks]
     for policy, name in tqdm(tasks, desc="fingerprint", unit="label run", disable=None):
@@ -138,6 +148,7 @@ def fingerprint(
         labels = labeler.label(rows, pool_file=str(path)).frame
         row = agreement_row(labels, gold, taxonomy, benchmark=name, policy=policy, labeler=labeler.kind)
         results.append(row)
+        prompt_labels.append(prompt_label_rows(labels, benchmark=name, policy=policy, labeler=labeler.kind))
         if labeler.kind == "rules":
             rules_fired[(name, policy)] = dict(Counter(labels["rule"].tolist()))
         log.info(
@@ -163,6 +174,13 @@ def fingerprint(
     report["facts_file"] = str(facts_file)
     write_text(out_csv, table.to_csv(index=False, lineterminator="\n"))
     write_json(out_json, report)
+    labels_table = (
+        pd.concat(prompt_labels, ignore_index=True)
+        if prompt_labels
+        else pd.DataFrame(columns=list(PROMPT_LABEL_COLUMNS))
+    )
+    with atomic_path(out_labels) as tmp:
+        labels_table.to_parquet(tmp, index=False)
     for item in report["ranking"]:
         log.info("fingerprint: swing %s %.3f", item["benchmark"], item["swing"])
     log.info("fingerprint: wrote %s (%d rows) and %s", out_csv, len(table), out_json)

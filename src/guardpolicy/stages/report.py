@@ -1,9 +1,11 @@
 """Stage report: the analysis tables and the earlier stages' reports -> reports/REPORT.md, figures, plot CSVs.
 
-Reads reports/analysis/ (stage `analyse`), reports/fingerprint.csv (stage `fingerprint`, optional),
-reports/contamination.json (`audit`), reports/agreement.json and its heatmap (`agreement`),
-reports/benchmarks.json (`benchmarks_report`), data/models.yaml (`guardpolicy plan`) and params.yaml; the
-Markdown and figures are built by the pure `guardpolicy.reporting.report` / `.figures`.
+Reads reports/analysis/ (stage `analyse`: scores, spans per benchmark and per scale, noise floor, swing vs
+span, rank tests, correlations, the capability-only headline, competence, summary.json),
+reports/fingerprint.csv (stage `fingerprint`, optional), reports/contamination.json (`audit`),
+reports/agreement.json and its heatmap (`agreement`), reports/benchmarks.json (`benchmarks_report`),
+data/models.yaml (`guardpolicy plan`) and params.yaml; the Markdown and figures are built by the pure
+`guardpolicy.reporting.report` / `.figures`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,16 @@ import pandas as pd
 import yaml
 
 from guardpolicy.analysis.baselines import CALIBRATION_COLUMNS, PARSE_COLUMNS
+from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, HEADLINE_COLUMNS
+from guardpolicy.analysis.sensitivity import (
+    CORRELATION_COLUMNS,
+    NOISE_FLOOR_COLUMNS,
+    RANK_TEST_COLUMNS,
+    SPAN_LEADING_COLUMNS,
+    SPAN_SCALE_COLUMNS,
+    SPAN_TRAILING_COLUMNS,
+    SWING_SPAN_COLUMNS,
+)
 from guardpolicy.baselines.registry import load_baseline_registry
 from guardpolicy.config import Params, load_params
 from guardpolicy.errors import InputError
@@ -37,6 +49,18 @@ from guardpolicy.training.branches import main_seed, teacher_name
 log = logging.getLogger(__name__)
 
 ANALYSE = "analyse"
+# span_scale.csv's text columns (the rest are numbers).
+SPAN_SCALE_TEXT = (
+    "benchmark",
+    "subset",
+    "mapping",
+    "scale",
+    "load",
+    "study_load",
+    "primary_metric",
+    "seeds",
+    "verdict",
+)
 # Required columns of each analysis table (docs/data-contracts.md, "Analysis") and which are numbers.
 TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "scores": (
@@ -60,44 +84,34 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("seed", "value", "ci_low", "ci_high", "n"),
     ),
     "span": (
+        (*SPAN_LEADING_COLUMNS, *SPAN_TRAILING_COLUMNS),
+        ("swing", "delta", "delta_ci_low", "delta_ci_high", "phi", "phi_ci_low", "phi_ci_high", "phi_max"),
+    ),
+    "span_scale": (
+        SPAN_SCALE_COLUMNS,
+        tuple(c for c in SPAN_SCALE_COLUMNS if c not in SPAN_SCALE_TEXT),
+    ),
+    "noise_floor": (NOISE_FLOOR_COLUMNS, ("spread", "ci_low", "ci_high")),
+    "swing_vs_span": (SWING_SPAN_COLUMNS, ("n_benchmarks", "rho", "p_value", "ci_low", "ci_high")),
+    "rank_test": (RANK_TEST_COLUMNS, ("k", "n", "p_value", "null_probability", "stability")),
+    "correlations": (CORRELATION_COLUMNS, ("rho", "p_value", "n_models")),
+    "headline": (
+        HEADLINE_COLUMNS,
         (
-            "benchmark",
-            "subset",
-            "mapping",
-            "load",
-            "primary_metric",
-            "delta",
-            "delta_ci_low",
-            "delta_ci_high",
-            "phi",
-            "phi_ci_low",
-            "phi_ci_high",
-            "phi_median",
-            "n_triples",
-        ),
-        (
-            "delta",
-            "delta_ci_low",
-            "delta_ci_high",
-            "phi",
-            "phi_ci_low",
-            "phi_ci_high",
-            "phi_median",
-            "n_triples",
+            "seed",
+            "n_sets",
+            "cap",
+            "cap_ci_low",
+            "cap_ci_high",
+            "auroc",
+            "matched_over_ref",
+            "threshold",
+            "calibration_over_ref",
+            "cap_matched",
+            "over_ref_matched",
         ),
     ),
-    "noise_floor": (
-        ("recipe", "benchmark", "subset", "mapping", "seeds", "spread", "ci_low", "ci_high"),
-        ("spread", "ci_low", "ci_high"),
-    ),
-    "rank_test": (
-        ("benchmark", "scale", "subset", "mapping", "set_name", "k", "n", "extreme", "p_value"),
-        ("k", "n", "p_value"),
-    ),
-    "correlations": (
-        ("scale", "val_policy", "load", "rho", "p_value", "n_models"),
-        ("rho", "p_value", "n_models"),
-    ),
+    "competence": (COMPETENCE_COLUMNS, ("seed", "cap", "ci_low", "ci_high", "n")),
     "mapping_effect": (
         ("model", "benchmark", "subset", "over_ref_default", "over_ref_boundary_unsafe", "change"),
         ("over_ref_default", "over_ref_boundary_unsafe", "change"),
@@ -253,8 +267,12 @@ def report(
         for name in (
             "scores",
             "span",
+            "span_scale",
+            "swing_vs_span",
             "rank_test",
             "correlations",
+            "headline",
+            "competence",
             "mapping_effect",
             "xstest",
             "xstest_pairs",
@@ -345,6 +363,10 @@ def report(
         benchmarks=benchmarks,
         noise_floor=noise_floor,
         fingerprint=fingerprint,
+        span_scale=tables["span_scale"],
+        swing_vs_span=tables["swing_vs_span"],
+        capability_headline=tables["headline"],
+        competence=tables["competence"],
         baseline_parse=baseline_tables["baseline_parse"],
         calibration=baseline_tables["calibration"],
         guards=guard_facts(params),
@@ -355,6 +377,8 @@ def report(
         },
         sources={
             "scores": str(Path(analysis_dir) / "scores.csv"),
+            "span_scale": str(analysis / "span_scale.csv"),
+            "capability_headline": str(analysis / "headline.csv"),
             "noise_floor": str(noise_floor_path),
             "fingerprint": str(fingerprint_path),
             "calibration": str(analysis / "calibration.csv"),

@@ -241,9 +241,11 @@ def _train_run(
     models_dir: str | Path,
     work_dir: str | Path,
     live_dir: str | Path,
+    prefix_root: str | Path | None = None,
 ) -> tuple[dict[str, Any], pd.DataFrame, float]:
     """Assemble the examples, train, write the checkpoint and its card; return (card, examples, seconds)."""
     from guardpolicy.training.loop import TrainRecipe, train
+    from guardpolicy.training.prefix_cache import prefix_stage, scale_prefix
 
     if not (run.init_dir / "config.json").is_file():
         hint = (
@@ -253,6 +255,7 @@ def _train_run(
         )
         raise InputError(run.init_dir, f"initial checkpoint not found; {hint}")
     sources, data_hashes = _load_sources(run, pool_file, splits_dir, labels_dir, teacher_outputs_dir)
+    prefix = scale_prefix(params, run.scale, models_dir, prefix_root)
     examples, provenance = build_examples(
         sources,
         train_set=run.train_set,
@@ -282,6 +285,8 @@ def _train_run(
         work_dir=run_work_dir,
         live_dir=Path(live_dir) / run.name,
         description=run.name,  # the loop's log and progress-bar label; the card has the long description
+        prefix=prefix,
+        prefix_stage=prefix_stage(run.scale),
     )
     seconds = time.perf_counter() - started
     training, environment, timing, parameters = _result_blocks(result)
@@ -333,9 +338,11 @@ def teacher(
     outputs_dir: str = TEACHER_OUTPUTS_DIR,
     work_dir: str | Path = WORK_DIR,
     live_dir: str | Path = LIVE_DIR,
+    prefix_root: str | Path | None = None,
 ) -> dict[str, Any]:
     """Stage teacher@<policy>: train the teacher, write its card, cache its logits over train + calib."""
     from guardpolicy.training.predict import predict
+    from guardpolicy.training.prefix_cache import POOL_SET, cache_key, prefix_stage, scale_prefix
 
     taxonomy = load_taxonomy(TAXONOMY_FILE)
     params = _checked_params(params_file, taxonomy)
@@ -358,6 +365,7 @@ def teacher(
         teacher=None,
         recipe=registry.recipe_fields(
             params,
+            scale=config.scale,
             seed=seed,
             trainable=config.trainable,
             epochs=config.epochs,
@@ -378,9 +386,11 @@ def teacher(
         models_dir=models_dir,
         work_dir=work_dir,
         live_dir=live_dir,
+        prefix_root=prefix_root,
     )
 
     pool = _read_parquet(Path(pool_file), "run `dvc repro pool` first").set_index("id")["prompt"]
+    prefix = scale_prefix(params, config.scale, models_dir, prefix_root)
     ids = pd.concat(
         [
             _read_parquet(Path(splits_dir) / f"{s}.parquet", "run `dvc repro audit` first")["id"]
@@ -390,14 +400,30 @@ def teacher(
     ids = ids.astype("str").sort_values().reset_index(drop=True)
     log.info("teacher %s: predicting %d prompts of %s", policy, len(ids), "+".join(TEACHER_OUTPUT_SPLITS))
     predicted_at = time.perf_counter()
-    outputs = predict(
-        Path(models_dir) / run.name,
-        pool.loc[ids].tolist(),
-        batch_size=params.training.predict_batch_size,
-        max_length=run.recipe["max_length"],
-        precision=run.recipe["precision"],
-    )
-    logits = outputs["coarse_logits"].astype("float32")  # [N, 4]
+    if prefix is None:
+        logits = predict(
+            Path(models_dir) / run.name,
+            pool.loc[ids].tolist(),
+            batch_size=params.training.predict_batch_size,
+            max_length=run.recipe["max_length"],
+            precision=run.recipe["precision"],
+        )["coarse_logits"]
+    else:
+        from guardpolicy.evaluation.scoring import run_guard_on_prefix
+        from guardpolicy.modeling.guard import load_guard
+
+        guard, tokenizer = load_guard(Path(models_dir) / run.name)
+        logits = run_guard_on_prefix(
+            guard,
+            tokenizer,
+            pool.loc[ids].tolist(),
+            prefix.tensors([cache_key(POOL_SET, i) for i in ids], prefix_stage(config.scale)),
+            batch_size=params.training.predict_batch_size,
+            max_length=run.recipe["max_length"],
+            description=f"teacher {policy} outputs",
+            where=str(prefix.folder),
+        ).coarse_logits
+    logits = logits.astype("float32")  # [N, 4]
     table = pa.table(
         {
             "id": pa.array(ids.tolist(), pa.string()),
@@ -459,6 +485,7 @@ def train(
         teacher=branch.teacher,
         recipe=registry.recipe_fields(
             params,
+            scale=entry["scale"],
             seed=entry["seed"],
             trainable=branch.trainable,
             epochs=branch.epochs,

@@ -157,7 +157,15 @@ def _run_trainer(
     set_trainable(model, recipe.trainable)
     starts = [None if pd.isna(v) else int(v) for v in examples["span_start"]]
     ends = [None if pd.isna(v) else int(v) for v in examples["span_end"]]
-    encoded = encode_prompts(tokenizer, examples["prompt"].tolist(), recipe.max_length, starts, ends)
+    encoded = encode_prompts(
+        tokenizer,
+        examples["prompt"].tolist(),
+        recipe.max_length,
+        starts,
+        ends,
+        truncation=recipe.truncation,
+        head_tokens=recipe.truncation_head_tokens,
+    )
     features = [
         {
             "input_ids": encoded.input_ids[i],

@@ -147,6 +147,7 @@ def validate_branches(
 def recipe_fields(
     params: Params,
     *,
+    scale: str,
     seed: int,
     trainable: str,
     epochs: int | None,
@@ -154,9 +155,11 @@ def recipe_fields(
     distill_alpha: float | None,
 ) -> dict[str, Any]:
     """The training recipe of one run as plain values: the profile's sizes, overridden where the branch or
-    teacher sets epochs / learning rate, and the shared `training` knobs. `TrainRecipe(**fields)` builds it.
+    teacher sets epochs / learning rate, and the shared `training` knobs; the scale's encoder entry gives
+    `frozen_layers`. `TrainRecipe(**fields)` builds it.
     """
     profile, training = params.active, params.training
+    encoder = getattr(profile, params.scales[scale])
     return {
         "epochs": epochs if epochs is not None else profile.epochs,
         "batch_size": profile.batch_size,
@@ -174,6 +177,9 @@ def recipe_fields(
         "checkpoint_every_steps": training.checkpoint_every_steps,
         "log_every_steps": training.log_every_steps,
         "length_bucketing": training.length_bucketing,
+        "truncation": profile.truncation,
+        "truncation_head_tokens": profile.truncation_head_tokens,
+        "frozen_layers": encoder.frozen_layers,
     }
 
 
@@ -261,7 +267,7 @@ def plan_evaluations(
         init_name = Path(entry["init_dir"]).name
         if head_only and params.evaluation.reuse_frozen_backbone:
             features = features_path(init_name)
-            feature_models[init_name] = {"model_dir": entry["init_dir"]}
+            feature_models[init_name] = {"model_dir": entry["init_dir"], "scale": entry["scale"]}
         evaluations[name] = {
             "model_dir": model_dir,
             "kind": "branch",

@@ -34,6 +34,7 @@ from guardpolicy.config import EncoderConfig
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_dir
 from guardpolicy.modeling.guard import GuardModel, count_parameters, load_guard, save_guard
+from guardpolicy.modeling.prefix import TopView, trainable_top_parameters
 from guardpolicy.training.checkpoint import (
     capture_rng,
     discard_state,
@@ -46,6 +47,7 @@ from guardpolicy.training.checkpoint import (
 )
 from guardpolicy.training.collate import (
     EncodedPrompts,
+    check_truncation,
     encode_prompts,
     epoch_batches,
     pad_batch,
@@ -53,6 +55,7 @@ from guardpolicy.training.collate import (
 )
 from guardpolicy.training.device import DeviceChoice, Precision, choose_device, configure_threads
 from guardpolicy.training.losses import LossWeights, guard_loss
+from guardpolicy.training.prefix_cache import POOL_SET, PrefixCache, cache_key
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,12 @@ class TrainRecipe:
     checkpoint_every_steps: int = 200
     log_every_steps: int = 10
     length_bucketing: bool = True
+    # Which part of an over-long prompt is kept (collate.TRUNCATIONS); saved into the model's config.
+    truncation: str = "head"
+    truncation_head_tokens: int | None = None
+    # Keep the embeddings and the first N backbone layers frozen and train on their cached output (the scale's
+    # prefix cache, guardpolicy.training.prefix_cache) instead of recomputing it every step.
+    frozen_layers: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.loss_weights, LossWeights):
@@ -90,6 +99,12 @@ class TrainRecipe:
         for name in ("epochs", "batch_size", "max_length", "checkpoint_every_steps", "log_every_steps"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"recipe.{name} must be positive, got {getattr(self, name)}")
+        if self.frozen_layers < 0:
+            raise ConfigError(f"recipe.frozen_layers must be >= 0, got {self.frozen_layers}")
+        if self.frozen_layers and self.trainable == "encoder":
+            raise ConfigError(
+                "recipe.trainable 'encoder' trains the whole backbone; it excludes frozen_layers"
+            )
         if self.learning_rate <= 0:
             raise ConfigError(f"recipe.learning_rate must be positive, got {self.learning_rate}")
         if not 0 <= self.warmup_ratio < 1:
@@ -102,6 +117,10 @@ class TrainRecipe:
             raise ConfigError(f"recipe.distill_alpha must be in [0, 1], got {self.distill_alpha}")
         if self.distill_temperature <= 0:
             raise ConfigError(f"recipe.distill_temperature must be positive, got {self.distill_temperature}")
+        try:
+            check_truncation(self.truncation, self.max_length, self.truncation_head_tokens)
+        except ValueError as exc:
+            raise ConfigError(f"recipe.{exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -215,9 +234,12 @@ def examples_to_arrays(
     return ExampleArrays(coarse, pillars, weight, teacher, has_teacher, starts, ends)
 
 
-def set_trainable(model: GuardModel, trainable: Trainable) -> None:
+def set_trainable(model: GuardModel, trainable: Trainable, frozen_layers: int = 0) -> None:
     """Mark what the optimizer may change; the rest keeps requires_grad False (and gets no gradient)."""
-    model.requires_grad_(trainable != "heads")
+    model.requires_grad_(trainable != "heads" and not frozen_layers)
+    if trainable != "heads" and frozen_layers:
+        for parameter in trainable_top_parameters(model.backbone, frozen_layers):
+            parameter.requires_grad_(True)
     model.heads.requires_grad_(True)
     if trainable == "encoder":
         model.backbone.get_input_embeddings().requires_grad_(False)
@@ -250,6 +272,67 @@ def deterministic_algorithms() -> Iterator[None]:
     finally:
         torch.use_deterministic_algorithms(previous, warn_only=previous_warn)
         torch.backends.cudnn.benchmark = previous_benchmark
+
+
+@torch.no_grad()
+def top_token_states(
+    top: TopView, prefix_rows: list[torch.Tensor], lengths: np.ndarray, batch_size: int, description: str
+) -> list[torch.Tensor]:
+    """The frozen top's token states per example (N x [T_i, H] float32) from cached prefix states, once."""
+    top.eval()
+    states: list[torch.Tensor | None] = [None] * len(prefix_rows)
+    for indices in tqdm(
+        sorted_batches(lengths, batch_size),
+        desc=f"{description}: top features",
+        unit="batch",
+        mininterval=1.0,
+    ):
+        batch = torch.nn.utils.rnn.pad_sequence([prefix_rows[i] for i in indices], batch_first=True).float()
+        mask = torch.from_numpy(
+            (np.arange(batch.shape[1])[None, :] < lengths[indices][:, None]).astype(np.int64)
+        )
+        hidden = top(batch, mask)  # [B, T, H]
+        for row, index in enumerate(indices):
+            states[index] = hidden[row, : lengths[index]].clone()
+    return states  # type: ignore[return-value]
+
+
+def _prefix_rows(
+    prefix: PrefixCache | None,
+    examples: pd.DataFrame,
+    recipe: TrainRecipe,
+    model: GuardModel,
+    encoded: EncodedPrompts,
+    prefix_stage: str,
+    where: str,
+) -> list[torch.Tensor]:
+    """Each example's cached prefix states, after checking the cache was built for this model and reading."""
+    if prefix is None:
+        raise ConfigError(
+            f"recipe.frozen_layers is {recipe.frozen_layers}: the run trains on the scale's cached prefix "
+            f"states, but no prefix cache was given (`dvc repro {prefix_stage}`)"
+        )
+    prefix.check(
+        {
+            "frozen_layers": recipe.frozen_layers,
+            "max_length": recipe.max_length,
+            "truncation": recipe.truncation,
+            "truncation_head_tokens": recipe.truncation_head_tokens,
+            "hidden_size": model.config.encoder.hidden_size,
+        },
+        prefix_stage,
+    )
+    rows = prefix.tensors([cache_key(POOL_SET, str(i)) for i in examples["id"]], prefix_stage)
+    for i, (row, length) in enumerate(zip(rows, encoded.lengths, strict=True)):
+        if len(row) != length:
+            raise InputError(
+                prefix.folder,
+                f"example {examples['id'].iloc[i]!r} has {len(row)} cached prefix tokens but tokenises to "
+                f"{length} here (another tokenizer or truncation); rerun `dvc repro {prefix_stage}`",
+                row=i + 1,
+                field="length",
+            )
+    return rows
 
 
 @torch.no_grad()
@@ -321,6 +404,8 @@ def train(
     on_step: Callable[[int, Mapping[str, float]], None] | None = None,
     threads: int | None = None,
     device: str | None = None,
+    prefix: PrefixCache | None = None,
+    prefix_stage: str = "prefix@<scale>",
 ) -> TrainResult:
     """Train a guard on `examples` and save it (with its tokenizer) to `out_dir`.
 
@@ -331,6 +416,8 @@ def train(
     init: an EncoderConfig (fresh guard from that backbone) or a guard checkpoint folder.
     work_dir: resumable state; a state of the same run (fingerprint) is resumed. live_dir: dvclive logs.
     on_step(step, losses) is called after every optimizer step (tests interrupt runs by raising from it).
+    prefix: the scale's prefix cache, required when recipe.frozen_layers > 0 (`prefix_stage` names the stage
+    that builds it in messages): the frozen prefix never runs here, only the top layers and heads.
     """
     started = time.perf_counter()
     out_dir, work_dir = Path(out_dir), Path(work_dir)
@@ -352,9 +439,29 @@ def train(
             )
         fingerprint = run_fingerprint(recipe, examples, init)
         encoded = encode_prompts(
-            tokenizer, examples["prompt"].tolist(), recipe.max_length, arrays.span_start, arrays.span_end
+            tokenizer,
+            examples["prompt"].tolist(),
+            recipe.max_length,
+            arrays.span_start,
+            arrays.span_end,
+            truncation=recipe.truncation,
+            head_tokens=recipe.truncation_head_tokens,
         )
-        set_trainable(model, recipe.trainable)
+        # The model reads prompts at inference the way it was trained to.
+        model.config.truncation = recipe.truncation
+        model.config.truncation_head_tokens = recipe.truncation_head_tokens
+        frozen = recipe.frozen_layers
+        if frozen and model.config.frozen_layers not in (0, frozen):
+            raise ConfigError(
+                f"recipe.frozen_layers {frozen}: the initial model was trained with frozen_layers "
+                f"{model.config.frozen_layers}"
+            )
+        model.config.frozen_layers = max(frozen, model.config.frozen_layers)
+        prefix_rows = (
+            _prefix_rows(prefix, examples, recipe, model, encoded, prefix_stage, where) if frozen else None
+        )
+        top = TopView(model.backbone, frozen) if frozen else None
+        set_trainable(model, recipe.trainable, frozen)
         model.to(chosen.device)
         parameters = count_parameters(model)
         n = len(encoded)
@@ -381,11 +488,17 @@ def train(
         )
 
         head_only = recipe.trainable == "heads"
-        cached_states = (
-            backbone_token_states(model, encoded, recipe.batch_size, chosen, description)
-            if head_only
-            else None
-        )
+        cached_states = None
+        if head_only and top is not None:
+            cached_states = top_token_states(
+                top,
+                prefix_rows,
+                encoded.lengths,
+                recipe.batch_size,
+                description,  # type: ignore[arg-type]
+            )
+        elif head_only:
+            cached_states = backbone_token_states(model, encoded, recipe.batch_size, chosen, description)
         trained_module: torch.nn.Module = model.heads if head_only else model
         named_trainable = [(name, p) for name, p in trained_module.named_parameters() if p.requires_grad]
         optimizer = make_optimizer(named_trainable, recipe, chosen)
@@ -473,6 +586,13 @@ def train(
                             batch_first=True,  # type: ignore[index]
                         ).to(chosen.device)  # [B, T, H]
                         output = model.heads(token_states)
+                    elif top is not None:
+                        states = torch.nn.utils.rnn.pad_sequence(
+                            [prefix_rows[i] for i in indices],  # type: ignore[index]
+                            batch_first=True,
+                        ).to(chosen.device, torch.float32)  # [B, T, H]
+                        hidden = top(states, padded["attention_mask"].to(chosen.device))  # [B, T, H]
+                        output = model.heads(hidden)
                     else:
                         output = model(
                             input_ids=padded["input_ids"].to(chosen.device),

@@ -48,7 +48,7 @@ def predict(
 
     Returns coarse_logits [N, C] and pillar_logits [N, P] (float32); with_spans adds span_logits [N, T] with
     T the longest tokenised prompt and NaN beyond each prompt's own tokens (token i of row j is token i of
-    ``tokenizer(prompts[j], truncation=True, max_length=max_length)``).
+    ``tokenize_truncated(tokenizer, [prompts[j]], max_length, truncation=<the model's>)``).
     """
     configure_threads(threads)
     if isinstance(model, GuardModel):
@@ -61,7 +61,13 @@ def predict(
     was_training = guard.training
     guard.eval()
     guard.to(chosen.device)
-    encoded = encode_prompts(tokenizer, list(prompts), max_length)
+    encoded = encode_prompts(
+        tokenizer,
+        list(prompts),
+        max_length,
+        truncation=getattr(guard.config, "truncation", "head"),
+        head_tokens=getattr(guard.config, "truncation_head_tokens", None),
+    )
     n = len(encoded)
     coarse = np.zeros((n, guard.config.num_classes), dtype=np.float32)
     pillars = np.zeros((n, guard.config.num_pillars), dtype=np.float32)
