@@ -34,7 +34,6 @@ import torch
 from tqdm.auto import tqdm
 
 from guardpolicy.errors import InputError
-from guardpolicy.modeling.backbone import transformer_layers
 from guardpolicy.modeling.prefix import TopView
 from guardpolicy.training.collate import sorted_batches, tokenize_truncated
 from guardpolicy.training.device import DeviceChoice
@@ -142,11 +141,15 @@ def run_guard(
     with_features: bool = False,
     progress: bool = True,
     description: str = "score",
+    prefix_rows: Sequence[torch.Tensor] | None = None,
+    where: str = "prefix cache",
 ) -> GuardScores:
     """Run the guard over `prompts` (length-sorted batches, dynamic padding, inference mode).
 
     span_threshold: also reduce the span head to character spans; with_features: keep the first-token
-    states. The model is put in eval mode on `device` and left there.
+    states. The model is put in eval mode on `device` and left there. prefix_rows (a model trained with
+    frozen_layers > 0): each prompt's cached prefix states ([T_i, H]; `where` names their cache in errors),
+    so only the top layers and the heads run.
     """
     model.eval()
     model.to(device.device)
@@ -158,6 +161,7 @@ def run_guard(
         with_offsets=span_threshold is not None,
         **model_truncation(model),
     )
+    top = _prefix_top(model, prefix_rows, encoded, where) if prefix_rows is not None else None
     n = len(encoded)
     coarse = np.zeros((n, model.config.num_classes), dtype=np.float32)
     pillars = np.zeros((n, model.config.num_pillars), dtype=np.float32)
@@ -174,9 +178,16 @@ def run_guard(
                 np.arange(width)[None, :] < encoded.lengths[indices][:, None]
             ).long()  # [B, T]
             with device.autocast():
-                output = model(
-                    input_ids=input_ids.to(device.device), attention_mask=attention_mask.to(device.device)
-                )
+                if top is None:
+                    output = model(
+                        input_ids=input_ids.to(device.device), attention_mask=attention_mask.to(device.device)
+                    )
+                else:
+                    states = torch.nn.utils.rnn.pad_sequence(
+                        [prefix_rows[i] for i in indices],  # type: ignore[index]
+                        batch_first=True,
+                    ).to(device.device, torch.float32)  # [B, T, H]
+                    output = model.heads(top(states, attention_mask.to(device.device)))
             coarse[indices] = output.coarse_logits.float().cpu().numpy()  # [B, C]
             pillars[indices] = output.pillar_logits.float().cpu().numpy()  # [B, P]
             if features is not None:
@@ -190,44 +201,26 @@ def run_guard(
                 )
     seconds = time.perf_counter() - started
     log.info(
-        "%s: %d prompts in %.1f s (%.1f prompts/s) on %s",
+        "%s: %d prompts in %.1f s (%.1f prompts/s) on %s%s",
         description,
         n,
         seconds,
         n / seconds if seconds > 0 else 0.0,
         device.describe(),
+        "" if top is None else f", top {top.num_layers} layer(s) on cached prefix states",
     )
     return GuardScores(coarse, pillars, features, starts, ends, seconds, encoded.n_tokens)
 
 
-def run_guard_on_prefix(
-    model: Any,
-    tokenizer: Any,
-    prompts: Sequence[str],
-    prefix_rows: Sequence[torch.Tensor],
-    *,
-    batch_size: int,
-    max_length: int,
-    span_threshold: float | None = None,
-    with_features: bool = False,
-    progress: bool = True,
-    description: str = "score",
-    where: str = "prefix cache",
-) -> GuardScores:
-    """`run_guard` for a model trained with frozen_layers > 0, on its scale's cached prefix states.
-
-    prefix_rows[i]: the cached states of prompts[i] ([T_i, H], float16). Only the top layers and the heads
-    run; the prompts are tokenised again only for the lengths (checked against the cache) and span offsets.
-    Runs on CPU in float32 (the cached states are already rounded once; the top is small).
-    """
-    frozen = int(model.config.frozen_layers)
+def _prefix_top(
+    model: Any, prefix_rows: Sequence[torch.Tensor], encoded: EncodedPrompts, where: str
+) -> TopView:
+    """The model's top view, after checking each prompt's cached states match its tokenisation here."""
+    frozen = int(getattr(model.config, "frozen_layers", 0))
     if frozen <= 0:
-        raise ValueError("run_guard_on_prefix needs a model trained with frozen_layers > 0")
-    model.eval().to("cpu")
-    started = time.perf_counter()
-    encoded = encode(
-        tokenizer, prompts, max_length, with_offsets=span_threshold is not None, **model_truncation(model)
-    )
+        raise ValueError("cached prefix states apply to a model trained with frozen_layers > 0")
+    if len(prefix_rows) != len(encoded):
+        raise ValueError(f"{len(prefix_rows)} cached prefix rows for {len(encoded)} prompts")
     for i, row in enumerate(prefix_rows):
         if len(row) != encoded.lengths[i]:
             raise InputError(
@@ -236,50 +229,23 @@ def run_guard_on_prefix(
                 "for this model (another tokenizer, max_length or truncation); rebuild the prefix cache",
                 row=i + 1,
             )
-    top = TopView(model.backbone, frozen).eval()
-    n = len(encoded)
-    coarse = np.zeros((n, model.config.num_classes), dtype=np.float32)
-    pillars = np.zeros((n, model.config.num_pillars), dtype=np.float32)
-    features = np.zeros((n, model.config.encoder.hidden_size), dtype=np.float32) if with_features else None
-    starts = np.full(n, NO_SPAN, dtype=np.int64) if span_threshold is not None else None
-    ends = np.full(n, NO_SPAN, dtype=np.int64) if span_threshold is not None else None
-    with torch.inference_mode():
-        for indices in tqdm(
-            encoded_batches(encoded, batch_size),
-            desc=description,
-            unit="batch",
-            disable=not progress,
-            mininterval=1.0,
-        ):
-            states = torch.nn.utils.rnn.pad_sequence(
-                [prefix_rows[i] for i in indices], batch_first=True
-            ).float()  # [B, T, H]
-            width = states.shape[1]
-            attention_mask = torch.from_numpy(
-                np.arange(width)[None, :] < encoded.lengths[indices][:, None]
-            ).long()  # [B, T]
-            output = model.heads(top(states, attention_mask))
-            coarse[indices] = output.coarse_logits.float().numpy()  # [B, C]
-            pillars[indices] = output.pillar_logits.float().numpy()  # [B, P]
-            if features is not None:
-                features[indices] = output.first_token_state.float().numpy()  # [B, H]
-            if starts is not None and ends is not None:
-                starts[indices], ends[indices] = _batch_spans(
-                    output.span_logits,
-                    encoded,
-                    indices,
-                    span_threshold,  # type: ignore[arg-type]
-                )
-    seconds = time.perf_counter() - started
-    log.info(
-        "%s: %d prompts in %.1f s (%.1f prompts/s), top %d layer(s) on cached prefix states",
-        description,
-        n,
-        seconds,
-        n / seconds if seconds > 0 else 0.0,
-        len(transformer_layers(model.backbone)) - frozen,
+    return TopView(model.backbone, frozen).eval()
+
+
+def run_guard_on_prefix(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    prefix_rows: Sequence[torch.Tensor],
+    **kwargs: Any,
+) -> GuardScores:
+    """`run_guard` on a scale's cached prefix states, on CPU in float32 (the states are rounded once
+    already; the top is small): only the top layers and the heads run."""
+    from guardpolicy.training.device import choose_device
+
+    return run_guard(
+        model, tokenizer, prompts, device=choose_device("fp32", "cpu"), prefix_rows=prefix_rows, **kwargs
     )
-    return GuardScores(coarse, pillars, features, starts, ends, seconds, encoded.n_tokens)
 
 
 def model_truncation(model: Any) -> dict[str, Any]:

@@ -113,6 +113,7 @@ class TopView(nn.Module):
         check_frozen_layers(model, frozen_layers)
         self.frozen_layers = frozen_layers
         layers = list(transformer_layers(model))[frozen_layers:]
+        self.num_layers = len(layers)
         # Not registered as a submodule of this wrapper's tree through `model` (that would pull the frozen
         # prefix into parameters()); the view's own tree holds only the top layers and the pass-through.
         self.view = _view(model, layers, pass_through=True)

@@ -241,7 +241,7 @@ def features(
     features_dir: str = FEATURES_DIR,
 ) -> dict[str, Any]:
     """Stage features@<model>: the model's first-token states over every item -> data/features/<model>.npz."""
-    from guardpolicy.evaluation.scoring import run_guard, run_guard_on_prefix
+    from guardpolicy.evaluation.scoring import run_guard
     from guardpolicy.training.device import choose_device, configure_threads
 
     params = load_params(params_file)
@@ -259,30 +259,23 @@ def features(
     log.info(
         "features %s: backbone of %s over %d items, max_length %d", model, model_dir, len(items), max_length
     )
-    if guard.config.frozen_layers:
-        rows, where = _prefix_rows(params, feature_models[model]["scale"], items, models_dir)
-        scores = run_guard_on_prefix(
-            guard,
-            tokenizer,
-            items["prompt"].tolist(),
-            rows,
-            batch_size=params.evaluation.batch_size,
-            max_length=max_length,
-            with_features=True,
-            description=f"features {model}",
-            where=where,
-        )
-    else:
-        scores = run_guard(
-            guard,
-            tokenizer,
-            items["prompt"].tolist(),
-            batch_size=params.evaluation.batch_size,
-            max_length=max_length,
-            device=device,
-            with_features=True,
-            description=f"features {model}",
-        )
+    rows, where = (
+        _prefix_rows(params, feature_models[model]["scale"], items, models_dir)
+        if guard.config.frozen_layers
+        else (None, "")
+    )
+    scores = run_guard(
+        guard,
+        tokenizer,
+        items["prompt"].tolist(),
+        batch_size=params.evaluation.batch_size,
+        max_length=max_length,
+        device=device,
+        with_features=True,
+        description=f"features {model}",
+        prefix_rows=rows,
+        where=where,
+    )
     out = Path(features_dir) / f"{model}.npz"
     write_features(
         out,
@@ -364,7 +357,6 @@ def evaluate(
         model_truncation,
         predictions_table,
         run_guard,
-        run_guard_on_prefix,
     )
     from guardpolicy.training.device import choose_device, configure_threads
 
@@ -403,25 +395,13 @@ def evaluate(
         n_tokens = encoded.n_tokens
         spans: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         ran = f"heads on cached features {features_file}"
-    elif guard.config.frozen_layers:
-        rows, where = _prefix_rows(params, entry["scale"], items, models_dir)
-        scores = run_guard_on_prefix(
-            guard,
-            tokenizer,
-            items["prompt"].tolist(),
-            rows,
-            batch_size=params.evaluation.batch_size,
-            max_length=max_length,
-            span_threshold=params.evaluation.span_threshold,
-            description=f"evaluate {model}",
-            where=where,
-        )
-        coarse, pillars = scores.coarse_logits, scores.pillar_logits
-        n_tokens = scores.n_tokens
-        spans = (scores.span_start, scores.span_end)
-        ran = f"top layers of {model_dir} on the cached prefix {where}"
     else:
         configure_threads()
+        rows, where = (
+            _prefix_rows(params, entry["scale"], items, models_dir)
+            if guard.config.frozen_layers
+            else (None, "")
+        )
         scores = run_guard(
             guard,
             tokenizer,
@@ -431,11 +411,17 @@ def evaluate(
             device=choose_device(params.active.precision),
             span_threshold=params.evaluation.span_threshold,
             description=f"evaluate {model}",
+            prefix_rows=rows,
+            where=where,
         )
         coarse, pillars = scores.coarse_logits, scores.pillar_logits
         n_tokens = scores.n_tokens
         spans = (scores.span_start, scores.span_end)
-        ran = f"full forward pass of {model_dir}"
+        ran = (
+            f"top layers of {model_dir} on the cached prefix {where}"
+            if rows is not None
+            else f"full forward pass of {model_dir}"
+        )
     seconds = time.perf_counter() - started
     note_work(seconds, len(items))
     log_truncation(
