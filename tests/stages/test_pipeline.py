@@ -43,17 +43,16 @@ def test_stage_list_has_one_fetch_per_registry_entry():
     assert sorted(s for s in listed if s.startswith("teacher@")) == ["teacher@policy_a", "teacher@policy_b"]
     trained = sorted(s for s in listed if s.startswith("train@"))
     main_seed = sorted(f"train@{scale}-E{i}" for scale in ("small", "large") for i in range(1, 11))
-    # 2 scales x 10 branches at the main seed, plus the noise floor's seed triple (E8, small scale).
+    # 2 scales x 10 branches at the main seed, plus the noise floor's seed triples (E2, E7, E8, both scales).
     assert sorted(s for s in trained if "-s4" not in s) == main_seed
-    assert len(trained) == 22
+    assert len(trained) == 32
     evaluated = sorted(s.removeprefix("evaluate@") for s in listed if s.startswith("evaluate@"))
     assert evaluated == sorted(
         [t.removeprefix("train@") for t in trained] + ["teacher-policy_a", "teacher-policy_b"]
     )
-    assert sorted(s for s in listed if s.startswith("features@")) == [
-        "features@large-E2",
-        "features@small-E2",
-    ]
+    assert sorted(s for s in listed if s.startswith("features@")) == sorted(
+        f"features@{scale}-E2{seed}" for scale in ("small", "large") for seed in ("", "-s43", "-s44")
+    )
     assert {"fingerprint", "analyse", "report", "timings"} <= set(listed)
 
 

@@ -203,9 +203,11 @@ def test_evaluation_plan_covers_teachers_and_models_and_reuses_frozen_backbones(
         for branch in HEAD_BRANCHES:
             assert evaluations[f"{scale}-{branch}"]["features"] == f"data/features/{scale}-E2.npz"
         assert evaluations[f"{scale}-E8"]["features"] == f"models/{scale}-E8"
+    # The E2 init models of E7 (and of its noise-floor seeds) are cached once each.
     assert document["feature_models"] == {
-        "large-E2": {"model_dir": "models/large-E2", "scale": "large"},
-        "small-E2": {"model_dir": "models/small-E2", "scale": "small"},
+        f"{scale}-E2{seed}": {"model_dir": f"models/{scale}-E2{seed}", "scale": scale}
+        for scale in ("small", "large")
+        for seed in ("", "-s43", "-s44")
     }
     no_reuse = registry.plan_document(_params(lambda d: d["evaluation"].update(reuse_frozen_backbone=False)))
     assert no_reuse["feature_models"] == {}
@@ -218,14 +220,14 @@ def test_plan_file_staleness(tmp_path: Path) -> None:
     params_file.write_text(PARAMS.read_text(encoding="utf-8"), encoding="utf-8")
     registry.write_plan(str(params_file), str(plan_file))
     assert yaml.safe_load(plan_file.read_text())["models"] == registry.plan_models(load_params(params_file))
-    assert len(registry.check_plan(load_params(params_file), plan_file)) == 22
+    assert len(registry.check_plan(load_params(params_file), plan_file)) == 32
 
     changed = _params(lambda d: d["branches"]["E7"].update(init_from="E4"))
     with pytest.raises(ConfigError) as info:
         registry.check_plan(changed, plan_file)
     message = str(info.value)
     assert "is out of date with params.yaml: run `guardpolicy plan`" in message
-    assert "small-E7" in message
+    assert "large-E7" in message  # the first differing models, sorted, name the changed branch
     # A change that does not move the DAG (a teacher, a share) leaves the plan current.
     same_dag = _params(lambda d: d["branches"]["E8"].update(teacher="policy_b"))
     registry.check_plan(same_dag, plan_file)

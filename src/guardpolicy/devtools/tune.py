@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import logging
 import time
 from pathlib import Path
@@ -127,6 +128,14 @@ def _unsafe_probability(
     logits = coarse_logits - coarse_logits.max(axis=1, keepdims=True)
     probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     return probabilities[:, [classes.index(c) for c in unsafe]].sum(axis=1)
+
+
+def _existing_prefix(work: Path, meta: dict[str, Any]) -> Path | None:
+    """A prefix cache under `work` built with exactly `meta`'s settings, if one exists."""
+    for meta_file in sorted(work.glob("*/prefix/meta.json")):
+        if json.loads(meta_file.read_text()) == meta:
+            return meta_file.parent
+    return None
 
 
 def _unsafe_scores(
@@ -249,29 +258,33 @@ def tune(
             all_keys += [cache_key(b, str(i)) for i in frame["id"]]
             all_prompts += frame["prompt"].tolist()
         if encoder.frozen_layers:
-            started = time.perf_counter()
-            states, n_tokens = compute_prefix(
-                model.backbone,
-                tokenizer,
-                all_prompts,
-                frozen_layers=encoder.frozen_layers,
-                max_length=max_length,
-                truncation=truncation,
-                truncation_head_tokens=head_tokens,
-                batch_size=64,
-                description=f"tune {name}: prefix",
-            )
             meta = {
                 "frozen_layers": encoder.frozen_layers,
                 "max_length": max_length,
                 "truncation": truncation,
                 "truncation_head_tokens": head_tokens,
                 "hidden_size": model.config.encoder.hidden_size,
-                "backbone": name,
+                "backbone": encoder.name,
             }
-            write_prefix_cache(work_dir / "prefix", all_keys, states, n_tokens, meta)
-            cache = read_prefix_cache(work_dir / "prefix", f"tune {name}")
-            prefix_seconds[name] = time.perf_counter() - started
+            # Settings that change only the recipe (epochs, learning rate, ...) share one prefix cache.
+            folder = _existing_prefix(Path(work), meta) or work_dir / "prefix"
+            if not (folder / "meta.json").is_file():
+                started = time.perf_counter()
+                states, n_tokens = compute_prefix(
+                    model.backbone,
+                    tokenizer,
+                    all_prompts,
+                    frozen_layers=encoder.frozen_layers,
+                    max_length=max_length,
+                    truncation=truncation,
+                    truncation_head_tokens=head_tokens,
+                    batch_size=64,
+                    description=f"tune {name}: prefix",
+                )
+                write_prefix_cache(folder, all_keys, states, n_tokens, meta)
+                prefix_seconds[name] = time.perf_counter() - started
+            cache = read_prefix_cache(folder, f"tune {name}")
+            log.info("tune %s: prefix cache %s", name, folder)
         for policy in policies:
             for seed in seed_list:
                 if any(
