@@ -183,9 +183,11 @@ def tune(
     only: str | None = None,
     work: str = ".cache/tune",
     seeds: str | None = None,
+    tables_only: bool = False,
 ) -> str:
     """Run every setting of `study_file` (or the comma-separated `only`; `seeds`, comma-separated, overrides
-    the file's seeds) and write the tables under `out`."""
+    the file's seeds) and write the tables under `out`. tables_only: rewrite settings.csv and table.md from
+    the runs.csv already there, training nothing (after an interrupted study)."""
     from guardpolicy.modeling.guard import GuardModel, load_guard, save_guard
     from guardpolicy.stages.evaluate import BENCHMARKS_DIR, REGISTRY_FILE, present_benchmarks
     from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
@@ -201,6 +203,8 @@ def tune(
     )
 
     study = load_study(study_file)
+    if tables_only:
+        return write_tables(Path(out), study, {})
     params = load_params(params_file)
     taxonomy = load_taxonomy(TAXONOMY_FILE)
     classes, unsafe = tuple(taxonomy.coarse_classes), tuple(taxonomy.unsafe_classes)
@@ -361,10 +365,18 @@ def tune(
                 rows.append(row)
                 pd.DataFrame(rows, columns=list(RUN_COLUMNS)).to_csv(runs_file, index=False)
                 log.info("tune %s %s s%d: %s", name, policy, seed, row)
-    runs = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    return write_tables(out_dir, study, prefix_seconds)
+
+
+def write_tables(out_dir: Path, study: dict[str, Any], prefix_seconds: dict[str, float]) -> str:
+    """settings.csv and table.md from runs.csv."""
+    runs_file = out_dir / "runs.csv"
+    if not runs_file.is_file():
+        raise InputError(runs_file, "no runs yet; run `guardpolicy tune` first")
+    runs = pd.read_csv(runs_file)
     summary = summarise(runs, study, prefix_seconds)
     summary.to_csv(out_dir / "settings.csv", index=False)
-    write_text(out_dir / "table.md", table_markdown(summary, study))
+    write_text(out_dir / "table.md", table_markdown(summary, study) + "\n" + policy_markdown(runs))
     return f"{len(runs)} runs over {runs['setting'].nunique()} settings -> {out_dir}"
 
 
@@ -390,6 +402,29 @@ def summarise(runs: pd.DataFrame, study: dict[str, Any], prefix_seconds: dict[st
     return table
 
 
+def policy_markdown(runs: pd.DataFrame) -> str:
+    """Per setting and policy (means over seeds): the benchmark columns only mean something per policy (the
+    over-refusal target is policy B's, copyright capture is policy A's to win)."""
+    columns = [c for c in RUN_COLUMNS if c not in ("setting", "policy", "seed", "examples")]
+    grouped = runs.groupby(["setting", "policy"], sort=False)
+    table = grouped[columns].mean().round(3).reset_index()
+    table["seeds"] = grouped["seed"].count().to_numpy()
+    shown = [
+        "setting",
+        "policy",
+        "seeds",
+        "val_auroc",
+        "heldout_auroc",
+        "bench_capture_agreed",
+        "bench_over_refusal_wildguard_benign",
+        "bench_capture_copyright",
+        "samples_per_second",
+    ]
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(str(row[c]) for c in shown) + " |" for _, row in table.iterrows()]
+    return "\n".join(lines) + "\n"
+
+
 def table_markdown(summary: pd.DataFrame, study: dict[str, Any]) -> str:
     columns = [
         "setting",
@@ -409,7 +444,11 @@ def table_markdown(summary: pd.DataFrame, study: dict[str, Any]) -> str:
     for _, row in summary.iterrows():
         cells = [str(row[c]) if not (isinstance(row[c], float) and np.isnan(row[c])) else "" for c in columns]
         lines.append("| " + " | ".join(cells) + " |")
-    descriptions = {name: (s or {}).get("description", "") for name, s in study["settings"].items()}
+    base_text = study.get("base", {}).get("description", "")
+    descriptions = {
+        name: (s or {}).get("description") or (base_text if not s else "")
+        for name, s in study["settings"].items()
+    }
     lines.append("")
     lines += [f"- `{name}`: {text}" for name, text in descriptions.items() if name in set(summary["setting"])]
     return "\n".join(lines) + "\n"
