@@ -201,3 +201,33 @@ def test_a_damaged_cache_is_named(workspace) -> None:
         InputError, match=r"index\.parquet.*prefix cache file not found; run `dvc repro prefix@tiny`"
     ):
         read_prefix_cache(tmp_path / "prefix", "prefix@tiny")
+
+
+def test_an_anchor_row_reads_the_prefix_of_the_pool_prompt_it_repeats(workspace) -> None:
+    """build_examples gives an anchor row the id `<pool id>#<anchor set>` and its pool id in `prompt_id`."""
+    tmp_path, examples = workspace
+    cache = read_prefix_cache(tmp_path / "prefix", "prefix@tiny")
+    anchor = examples.head(2).assign(prompt_id=lambda f: f["id"]).assign(id=lambda f: f["id"] + "#refusal")
+    with_anchor = pd.concat([examples.assign(prompt_id=examples["id"]), anchor], ignore_index=True)
+    result = train(
+        with_anchor,
+        _recipe(epochs=1),
+        tmp_path / "init",
+        tmp_path / "out",
+        tmp_path / "work",
+        None,
+        "anchors",
+        prefix=cache,
+    )
+    assert result.examples == len(examples) + 2
+    with pytest.raises(InputError, match=r"'pool/p000#refusal'"):
+        train(
+            anchor.drop(columns="prompt_id"),
+            _recipe(epochs=1),
+            tmp_path / "init",
+            tmp_path / "out2",
+            tmp_path / "work2",
+            None,
+            "no prompt_id",
+            prefix=cache,
+        )

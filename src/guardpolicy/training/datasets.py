@@ -40,8 +40,9 @@ LEARNED_COLUMNS = (
     "teacher_logits",
     "weight",
 )
-# Plus provenance the loop ignores: which policy labelled the row, and whether it is a mix row or an anchor.
-EXAMPLE_COLUMNS = (*LEARNED_COLUMNS, "label_policy", "role")
+# Plus provenance: which policy labelled the row, whether it is a mix row or an anchor, and the pool id of
+# its prompt (an anchor's `id` carries a suffix; the loop finds a prompt's cached prefix states by this one).
+EXAMPLE_COLUMNS = (*LEARNED_COLUMNS, "label_policy", "role", "prompt_id")
 MIX_ROLE = "mix"
 LOGITS_WIDTH = 4
 _EXAMPLE_IDS_SHOWN = 3
@@ -227,6 +228,7 @@ def _rows(
             "weight": np.ones(len(frame), dtype=np.float64),
             "label_policy": frame["label_policy"].astype("str"),
             "role": pd.Series([role] * len(frame), dtype="str"),
+            "prompt_id": frame["id"].astype("str"),
         }
     )
 

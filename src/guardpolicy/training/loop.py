@@ -322,7 +322,9 @@ def _prefix_rows(
         },
         prefix_stage,
     )
-    rows = prefix.tensors([cache_key(POOL_SET, str(i)) for i in examples["id"]], prefix_stage)
+    # An anchor row's id carries a suffix; `prompt_id` (build_examples) names the pool prompt it repeats.
+    prompt_ids = examples["prompt_id"] if "prompt_id" in examples.columns else examples["id"]
+    rows = prefix.tensors([cache_key(POOL_SET, str(i)) for i in prompt_ids], prefix_stage)
     for i, (row, length) in enumerate(zip(rows, encoded.lengths, strict=True)):
         if len(row) != length:
             raise InputError(
@@ -412,7 +414,8 @@ def train(
     examples: one row per training example - id (str, unique), prompt (str), coarse (int class index in
     taxonomy order), pillars (24 values 0/1), optional span_start/span_end (char offsets into prompt, null
     when unknown: that row adds nothing to the span loss), teacher_logits (C floats or null; used only when
-    recipe.distill_alpha is set), weight (float, default 1). Row order is part of the run's identity.
+    recipe.distill_alpha is set), weight (float, default 1), optional prompt_id (the pool id whose cached
+    prefix states the row reads; default its id). Row order is part of the run's identity.
     init: an EncoderConfig (fresh guard from that backbone) or a guard checkpoint folder.
     work_dir: resumable state; a state of the same run (fingerprint) is resumed. live_dir: dvclive logs.
     on_step(step, losses) is called after every optimizer step (tests interrupt runs by raising from it).
