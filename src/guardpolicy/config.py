@@ -211,6 +211,10 @@ class EncoderConfig:
             )
 
 
+# bench-train times steps 4 .. n-1 of batches of 32: 256 prompts give 4 timed steps.
+PROBE_MIN_SAMPLES = 256
+
+
 @dataclass(frozen=True)
 class ProfileConfig:
     """One named study size. Stages read only the keys they need, as `profiles.${profile}.<key>`."""
@@ -232,11 +236,20 @@ class ProfileConfig:
     # truncation_head_tokens tokens and the end; null: a quarter of max_length). Saved into every model.
     truncation: Literal["head", "tail", "head_tail"] = "head"
     truncation_head_tokens: int | None = None
+    # The `timings` stage trains this many pool prompts with `guardpolicy bench-train --loops ours`
+    # (MiniLM-L6, 64 tokens) and records the samples/s beside the run's seconds, since machines of one kind
+    # differ by up to ~1.5x. 0: no probe (the smoke profile, whose pool is smaller than a probe).
+    speed_probe_samples: int = 0
 
     def __post_init__(self) -> None:
         for name in ("pool_size", "max_length", "epochs", "batch_size", "bootstrap_samples"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.speed_probe_samples and not PROBE_MIN_SAMPLES <= self.speed_probe_samples <= self.pool_size:
+            raise ConfigError(
+                f"speed_probe_samples must be 0 or between {PROBE_MIN_SAMPLES} and pool_size "
+                f"({self.pool_size}), got {self.speed_probe_samples}"
+            )
         if not self.seeds:
             raise ConfigError("seeds must list at least one seed")
         if self.learning_rate <= 0:

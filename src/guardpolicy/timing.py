@@ -106,9 +106,16 @@ def collect_timings(timings_dir: str | Path = TIMINGS_DIR) -> dict[str, Any]:
     return summarise_timings(records)
 
 
-def timings(timings_dir: str | Path = TIMINGS_DIR, out: str | Path = TIMINGS_FILE) -> dict[str, Any]:
-    """Stage `timings`: collect the per-stage records into reports/timings.json."""
+def timings(
+    timings_dir: str | Path = TIMINGS_DIR,
+    out: str | Path = TIMINGS_FILE,
+    machine: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Stage `timings`: collect the per-stage records into reports/timings.json, with `machine` (the speed
+    probe's figures: what this machine trains per second) beside them when given."""
     report = collect_timings(timings_dir)
+    if machine is not None:
+        report["machine"] = machine
     write_json(out, report)
     log.info("timings: %d stages, %.1f s in all -> %s", report["count"], report["total_seconds"], out)
     return report

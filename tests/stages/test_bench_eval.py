@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 
 import pandas as pd
+import pytest
 from helpers.encoders import tiny_guard
 
+from guardpolicy.errors import InputError
 from guardpolicy.evaluation.bench import bench_eval, bench_prompts, measure_eval_throughput
 from guardpolicy.modeling.guard import save_guard
 
@@ -39,3 +41,32 @@ def test_bench_eval_reports_both_rates_on_a_tiny_model(tmp_path) -> None:
     rates = re.findall(r"^\s+(ours|pipeline)\s+([\d.]+) samples/s$", text, flags=re.MULTILINE)
     assert [name for name, _ in rates] == ["ours", "pipeline"] and all(float(v) > 0 for _, v in rates)
     assert "ratio" in text
+
+
+def test_speed_probe_times_our_loop_alone_on_pool_prompts(tmp_path, capsys) -> None:
+    """The probe that `timings` records: our loop alone (no Trainer run) on pool prompts, with its figures."""
+    from guardpolicy.training.bench import bench_train, speed_probe
+
+    prompts = [f"prompt {i} " + "word " * (i % 17) for i in range(300)]
+    pd.DataFrame({"id": [f"p{i}" for i in range(300)], "prompt": prompts}).to_parquet(
+        tmp_path / "pool.parquet"
+    )
+    report = bench_train(
+        num_layers=1,
+        samples=256,
+        max_length=16,
+        threads=1,
+        pool_file=str(tmp_path / "pool.parquet"),
+        loops="ours",
+    )
+    assert report["ours_samples_per_second"] > 0
+    assert report["trainer_samples_per_second"] is None and report["ratio_ours_over_trainer"] is None
+    assert report["timed_samples"] == (256 // 32 - 1 - 3) * 32
+    printed = capsys.readouterr().out
+    assert (
+        re.search(r"^\s+ours\s+[\d.]+ samples/s$", printed, flags=re.MULTILINE) and "Trainer" not in printed
+    )
+    with pytest.raises(ValueError, match="loops must be a subset of"):
+        bench_train(samples=256, pool_file=str(tmp_path / "pool.parquet"), loops="ours,fast")
+    with pytest.raises(InputError, match="fewer than the 512 asked for"):
+        speed_probe(512, pool_file=str(tmp_path / "pool.parquet"))

