@@ -305,7 +305,11 @@ def run_stage(paths: dict[str, Path]) -> tuple[pd.DataFrame, dict]:
         out_csv=str(paths["out"] / "fingerprint.csv"),
         out_json=str(paths["out"] / "fingerprint.json"),
         taxonomy_file=str(TAXONOMY_FILE),
+        # Every output under tmp_path: the default would overwrite the checkout's reports/ (it did once).
+        out_labels=str(paths["out"] / "fingerprint_labels.parquet"),
     )
+    labels = pd.read_parquet(paths["out"] / "fingerprint_labels.parquet")
+    assert set(labels["benchmark"]) <= {"harmbench_copyright", "xstest", "orbench_hard"} and len(labels)
     table = pd.read_csv(paths["out"] / "fingerprint.csv")
     return table, json.loads((paths["out"] / "fingerprint.json").read_text(encoding="utf-8"))
 
