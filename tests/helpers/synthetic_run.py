@@ -42,6 +42,8 @@ SWINGS = {
 COMPETENCE_FLAG = ("harmbench_standard", "small")
 SWING_RHO = (0.81, 0.42, 0.97)
 CAPABILITY_CAP = 0.777
+# The threshold trade-off: the best worst-set capture at the over-refusal bar, planted on small-E2.
+TRADEOFF_BEST = ("small-E2", 0.654)
 
 
 def models_table() -> list[dict]:
@@ -187,7 +189,7 @@ def span_table() -> pd.DataFrame:
 
 
 def write_issue14_tables(analysis: Path) -> None:
-    """span_scale.csv, swing_vs_span.csv, headline.csv and competence.csv with planted values."""
+    """span_scale.csv, swing_vs_span.csv, headline.csv, competence.csv, tradeoff.csv: planted values."""
     span_rows = []
     for b_index, benchmark in enumerate(BENCHMARKS):
         for scale in SCALES:
@@ -285,6 +287,22 @@ def write_issue14_tables(analysis: Path) -> None:
             )
     pd.DataFrame(headline).to_csv(analysis / "headline.csv", index=False)
     pd.DataFrame(competence).to_csv(analysis / "competence.csv", index=False)
+    tradeoff = [
+        {
+            **{k: model[k] for k in ("model", "kind", "scale", "branch", "seed")},
+            "judged_over_ref": model["branch"] in ("E2", "E9", "teacher-policy_b"),
+            "min_cap": 0.7,
+            "over_ref": 0.25,
+            "min_cap_at_over_ref_bar": TRADEOFF_BEST[1] if model["model"] == TRADEOFF_BEST[0] else 0.5,
+            "threshold_at_over_ref_bar": 0.8,
+            "over_ref_at_cap_bar": 0.41,
+            "threshold_at_cap_bar": 0.3,
+            "both_reachable": False,
+        }
+        for model in models_table()
+        if model["seed"] == 42
+    ]
+    pd.DataFrame(tradeoff).to_csv(analysis / "tradeoff.csv", index=False)
 
 
 def summary_document() -> dict:
@@ -475,6 +493,19 @@ def summary_document() -> dict:
                 "comparison": "=",
                 "detail": "policy_a_terminal was not ranked",
             },
+        },
+        "competence_tradeoff": {
+            "capture_benchmarks": "harmbench_standard,strongreject,jbb_harmful",
+            "over_refusal_benchmark": "wildguard_benign",
+            "min_capture": 0.85,
+            "max_over_refusal": 0.2,
+            "models": 5,
+            "reachable": 0,
+            "reachable_models": "",
+            "best_min_cap_at_over_ref_bar": TRADEOFF_BEST[1],
+            "best_min_cap_model": TRADEOFF_BEST[0],
+            "lowest_over_ref_at_cap_bar": 0.41,
+            "lowest_over_ref_model": "large-E9",
         },
         "study": {
             "load_contrast": {

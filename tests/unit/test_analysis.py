@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from helpers.synthetic_predictions import (
     LABEL_KINDS,
     POLICIES,
@@ -22,7 +23,7 @@ from helpers.synthetic_predictions import (
 )
 from sklearn.metrics import average_precision_score, f1_score
 
-from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, HEADLINE_COLUMNS
+from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, HEADLINE_COLUMNS, TRADEOFF_COLUMNS
 from guardpolicy.analysis.scores import (
     DatasetMatrix,
     DrawStore,
@@ -471,6 +472,7 @@ EXPECTED_FILES = {
     "correlations.csv": "scale,val_policy,grouping,load,target,rho,p_value,n_models,note",
     "headline.csv": ",".join(HEADLINE_COLUMNS),
     "competence.csv": ",".join(COMPETENCE_COLUMNS),
+    "tradeoff.csv": ",".join(TRADEOFF_COLUMNS),
     "mapping_effect.csv": "model,benchmark,subset,over_ref_default,over_ref_boundary_unsafe,change",
     "xstest.csv": "model,subset,xstest_type,n,over_ref,ci_low,ci_high",
     "xstest_pairs.csv": "model,subset,pairs,consistent,consistency,ci_low,ci_high",
@@ -479,6 +481,12 @@ EXPECTED_FILES = {
 
 def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
     params_file, eval_dir, plan = stage_inputs(tmp_path)
+    # The competence bars on sets the synthetic run has, so the trade-off table has rows.
+    document = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    document["analysis"]["targets"].update(
+        capture_benchmarks=["advbench"], over_refusal_benchmark="jbb_benign", over_refusal_branches=["E2"]
+    )
+    params_file.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     fingerprint = write_fingerprint(tmp_path / "fingerprint", eval_dir)
     out = tmp_path / "analysis"
     kwargs = dict(
@@ -539,8 +547,8 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
         "swing_rho",
         "top_ranks",
     }
-    # The capture target's sets (harmbench_standard, ...) were not evaluated here: not measured.
-    assert written["targets"]["capture"]["status"] == "not measured"
+    # The capture target's set (advbench, set above) was evaluated; the synthetic skill misses the bar.
+    assert written["targets"]["capture"]["status"] == "not met"
     assert all(entry["reading"] for entry in written["study"].values())
 
     def no_number_lists(node: Any) -> None:
@@ -574,6 +582,11 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
     assert headline["auroc"].between(0, 1).all() and headline["threshold"].notna().all()
     competence = pd.read_csv(out / "competence.csv")
     assert set(competence["benchmark"]) == {"advbench", "mean:agreed_unsafe"}
+    tradeoff = pd.read_csv(out / "tradeoff.csv")
+    block = json.loads((out / "summary.json").read_text())["competence_tradeoff"]
+    # Judged: the main-seed teacher and branches; the over-refusal bar: small-E2 and large-E2.
+    assert len(tradeoff) == 11 and block["models"] == int(tradeoff["judged_over_ref"].sum()) == 2
+    assert tradeoff["min_cap_at_over_ref_bar"].between(0, 1).all()
     # Deterministic: a second run writes byte-identical files.
     first = {name: (out / name).read_bytes() for name in [*EXPECTED_FILES, "summary.json"]}
     analyse(**kwargs)

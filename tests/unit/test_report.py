@@ -13,6 +13,7 @@ from helpers.synthetic_run import (
     CAPABILITY_CAP,
     COPY_SMALL_E8,
     MEAN_CI,
+    TRADEOFF_BEST,
     models_table,
     scores_table,
     summary_document,
@@ -299,6 +300,30 @@ def test_targets_and_competence_sections(run):
     )
 
 
+def test_competence_tradeoff_prints_the_analysis_numbers(tmp_path):
+    kwargs = write_synthetic_run(tmp_path)
+    text = report(**kwargs)
+    section = _section(text, "### Can one threshold meet both competence bars?")
+    model, best = TRADEOFF_BEST
+    assert f"The best worst-set capture that over-refusal ≤ 0.20 allows is {best:.3f} ({model})" in section
+    assert "needs over-refusal ≥ 0.410 (large-E9)" in section
+    assert "**Verdict: the two competence targets cannot hold together for these models.**" in section
+    # One row per teacher and main-seed branch, the judged ones marked.
+    rows = [
+        line for line in section.splitlines() if line.startswith("| branch ") or line.startswith("| teacher ")
+    ]
+    assert len(rows) == 2 * len(BRANCHES) + 2
+    assert "| branch | small | E2 | yes | 0.700 | 0.250 | 0.654 | 0.410 | no |" in section
+    assert "`capture` and `over_refusal` cannot hold together here" in _section(text, "## Targets")
+    # A model that meets both bars: no verdict, and the note under the targets goes.
+    summary = summary_document()
+    summary["competence_tradeoff"].update(reachable=1, reachable_models="teacher-policy_b")
+    (Path(kwargs["analysis_dir"]) / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    text = report(**kwargs)
+    assert "cannot hold together" not in text
+    assert "1 has a threshold meeting both bars (teacher-policy_b)" in text
+
+
 def test_competence_section_without_a_fingerprint(tmp_path):
     kwargs = write_synthetic_run(tmp_path)
     path = Path(kwargs["analysis_dir"]) / "competence.csv"
@@ -317,6 +342,7 @@ def test_competence_section_without_a_fingerprint(tmp_path):
         ("reports/analysis/span.csv", "analyse"),
         ("reports/analysis/span_scale.csv", "analyse"),
         ("reports/analysis/competence.csv", "analyse"),
+        ("reports/analysis/tradeoff.csv", "analyse"),
         ("reports/analysis/summary.json", "analyse"),
         ("reports/contamination.json", "audit"),
         ("data/models.yaml", "guardpolicy plan"),

@@ -164,13 +164,14 @@ def build_summary(
     rank_chance: Mapping[str, Any] | None = None,
     competence: Mapping[str, Any] | None = None,
     targets: Mapping[str, Any] | None = None,
+    competence_tradeoff: Mapping[str, Any] | None = None,
     study: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """summary.json: the headline subset and mapping's answers (see docs/data-contracts.md, "Analysis").
 
     The keyword blocks after `baselines` (second load grouping, agreed-benchmark spans, per-scale spans vs
-    noise, swing vs span, hits expected by chance, competence, targets, the study comparison) are added when
-    given.
+    noise, swing vs span, hits expected by chance, competence, targets, the competence trade-off, the study
+    comparison) are added when given.
 
     `baselines` (per open guard, from `analysis.baselines.baseline_summary`) is added only when guards were
     analysed, so the default run's summary does not change shape."""
@@ -196,6 +197,7 @@ def build_summary(
         "rank_chance": None if rank_chance is None else dict(rank_chance),
         "competence": None if competence is None else dict(competence),
         "targets": None if targets is None else dict(targets),
+        "competence_tradeoff": None if competence_tradeoff is None else dict(competence_tradeoff),
         "study": None if study is None else dict(study),
     }
     payload.update({key: value for key, value in optional.items() if value is not None})

@@ -72,6 +72,8 @@ class ReportInputs:
     swing_vs_span: pd.DataFrame | None = None
     capability_headline: pd.DataFrame | None = None
     competence: pd.DataFrame | None = None
+    # Per judged model: can any threshold meet both competence bars (tradeoff.csv)?
+    tradeoff: pd.DataFrame | None = None
     # Open guard baselines (pipelines/baselines/dvc.yaml): parse counts, the matched-threshold comparison,
     # and per configured guard its registry / run facts (model_id, revision, family, backend, model).
     baseline_parse: pd.DataFrame | None = None
@@ -1369,6 +1371,20 @@ def _targets(inputs: ReportInputs) -> list[str]:
         "",
         *markdown_table(["target", "status", "value", "bar", "measured"], rows, "llrll"),
         "",
+        *_tradeoff_note(inputs.summary),
+    ]
+
+
+def _tradeoff_note(summary: dict[str, Any]) -> list[str]:
+    """One line under the targets when no judged model has a threshold meeting both competence bars."""
+    block = summary.get("competence_tradeoff") or {}
+    if not block.get("models") or block.get("reachable") != 0:
+        return []
+    return [
+        "`capture` and `over_refusal` cannot hold together here: none of the "
+        f'{block["models"]} judged models has a decision threshold meeting both (see "Can one threshold '
+        'meet both competence bars?").',
+        "",
     ]
 
 
@@ -1425,6 +1441,103 @@ def _competence(inputs: ReportInputs) -> list[str]:
         ),
         "",
         *_competence_verdicts(inputs),
+        *_competence_tradeoff(inputs),
+    ]
+
+
+def _yes_no(value: Any) -> str:
+    """A boolean cell of a CSV (bool, or its text after a round trip); absent: a dash."""
+    if is_missing(value):
+        return MISSING
+    return "yes" if str(value).strip().lower() in ("true", "1") else "no"
+
+
+def _competence_tradeoff(inputs: ReportInputs) -> list[str]:
+    """tradeoff.csv and summary.json `competence_tradeoff`: can any threshold meet both competence bars?"""
+    title = "### Can one threshold meet both competence bars?"
+    block = inputs.summary.get("competence_tradeoff") or {}
+    table = inputs.tradeoff
+    if table is None or table.empty or not block:
+        return [
+            title,
+            "",
+            "Not reported: a capture set or the over-refusal set of params `analysis.targets` was not "
+            "evaluated, or no teacher or main-seed branch was (tradeoff.csv is empty).",
+            "",
+        ]
+    capture_sets = ", ".join(f"`{b}`" for b in str(block.get("capture_benchmarks", "")).split(",") if b)
+    over_ref_set = f"`{block.get('over_refusal_benchmark')}`"
+    min_capture, max_over_ref = fmt(block.get("min_capture"), 2), fmt(block.get("max_over_refusal"), 2)
+    models = table.copy()
+    models["_kind"] = [0 if k == "teacher" else 1 for k in models["kind"]]
+    models["_scale"] = [_scale_rank(inputs, str(x)) for x in models["scale"]]
+    models["_branch"] = [natural_key(str(b)) for b in models["branch"]]
+    models = models.sort_values(["_kind", "_scale", "_branch"])
+    rows = [
+        [
+            str(r["kind"]),
+            str(r["scale"]),
+            str(r["branch"]),
+            _yes_no(r["judged_over_ref"]),
+            fmt(r["min_cap"]),
+            fmt(r["over_ref"]),
+            fmt(r["min_cap_at_over_ref_bar"]),
+            fmt(r["over_ref_at_cap_bar"]),
+            _yes_no(r["both_reachable"]),
+        ]
+        for _, r in models.iterrows()
+    ]
+    judged = int(block.get("models") or 0)
+    reading = []
+    if judged and "reachable" in block:
+        reachable = int(block["reachable"])
+        reading.append(
+            f"Of the {judged} models the over-refusal bar judges, {reachable} "
+            f"{'has' if reachable == 1 else 'have'} a threshold meeting both bars"
+            + (f" ({block.get('reachable_models')})" if reachable else "")
+            + f". The best worst-set capture that over-refusal ≤ {max_over_ref} allows is "
+            f"{fmt(block.get('best_min_cap_at_over_ref_bar'))} ({block.get('best_min_cap_model')})"
+            + (
+                f"; capturing ≥ {min_capture} of every set needs over-refusal ≥ "
+                f"{fmt(block.get('lowest_over_ref_at_cap_bar'))} ({block.get('lowest_over_ref_model')})"
+                if "lowest_over_ref_at_cap_bar" in block
+                else f"; no threshold captures ≥ {min_capture} of every set"
+            )
+            + "."
+        )
+        if not reachable:
+            reading.append(
+                "**Verdict: the two competence targets cannot hold together for these models.** No decision "
+                "threshold meets both, so moving the threshold (or the class balance, which moves it) trades "
+                "one target for the other; only a model that ranks these prompts better can meet both."
+            )
+    return [
+        title,
+        "",
+        f"Capture and over-refusal move together with the decision threshold. Per teacher and main-seed "
+        f"branch: its worst capture over {capture_sets} and its over-refusal on {over_ref_set} at its own "
+        f"decisions; then, over every threshold on its unsafe score, the best worst-set capture with "
+        f"over-refusal ≤ {max_over_ref} and the lowest over-refusal with every capture ≥ {min_capture} "
+        "(thresholds read off these benchmarks: a bound on what any threshold could do, not a tuned "
+        "operating point). *judged*: the over-refusal bar applies to the model (policy-B-terminal).",
+        "",
+        *markdown_table(
+            [
+                "kind",
+                "scale",
+                "branch",
+                "judged",
+                "min cap",
+                "over-ref",
+                f"min cap @ over-ref ≤ {max_over_ref}",
+                f"over-ref @ min cap ≥ {min_capture}",
+                "both reachable",
+            ],
+            rows,
+            "llllrrrrl",
+        ),
+        "",
+        *(line for sentence in reading for line in (sentence, "")),
     ]
 
 

@@ -12,9 +12,9 @@ pipelines/baselines/dvc.yaml), reports/baselines/<guard>/predictions.parquet, an
 `baseline-<guard>` beside ours (data/taxonomy.yaml says which gold classes are safe for the calibration).
 Writes scores.csv (per dataset, plus the headline means `mean:harmful` / `mean:benign` with their bootstrap
 intervals), span.csv, span_scale.csv, noise_floor.csv, swing_vs_span.csv, rank_test.csv, correlations.csv,
-headline.csv, competence.csv, mapping_effect.csv, xstest.csv, xstest_pairs.csv, baseline_parse.csv,
-calibration.csv and summary.json (see docs/data-contracts.md, "Analysis"). With no guard configured the two
-baseline tables have a header only.
+headline.csv, competence.csv, tradeoff.csv, mapping_effect.csv, xstest.csv, xstest_pairs.csv,
+baseline_parse.csv, calibration.csv and summary.json (see docs/data-contracts.md, "Analysis"). With no guard
+configured the two baseline tables have a header only.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from guardpolicy.analysis.competence import (
     evaluate_targets,
     headline_table,
     study_comparison,
+    tradeoff_summary,
+    tradeoff_table,
 )
 from guardpolicy.analysis.fingerprint import PROMPT_LABEL_COLUMNS
 from guardpolicy.analysis.scores import (
@@ -414,6 +416,15 @@ def analyse(
         mapping=config.mapping,
         confidence=config.confidence,
     )
+    tradeoff = tradeoff_table(
+        matrices,
+        models,
+        model_order,
+        config.targets,
+        main_seed=seed,
+        subset=config.subset,
+        mapping=config.mapping,
+    )
     mapping_effect = mapping_effect_table(store)
     xstest = [m for m in matrices if m.name == XSTEST]
     if xstest:
@@ -495,6 +506,7 @@ def analyse(
             "fingerprint": swings is not None,
         },
         targets=targets,
+        competence_tradeoff=tradeoff_summary(tradeoff, config.targets),
         study=study,
     )
 
@@ -509,6 +521,7 @@ def analyse(
         "correlations.csv": correlations,
         "headline.csv": headline,
         "competence.csv": competence,
+        "tradeoff.csv": tradeoff,
         "mapping_effect.csv": mapping_effect,
         "xstest.csv": types,
         "xstest_pairs.csv": pairs,

@@ -1,7 +1,8 @@
 """Stage report: the analysis tables and the earlier stages' reports -> reports/REPORT.md, figures, plot CSVs.
 
 Reads reports/analysis/ (stage `analyse`: scores, spans per benchmark and per scale, noise floor, swing vs
-span, rank tests, correlations, the capability-only headline, competence, summary.json),
+span, rank tests, correlations, the capability-only headline, competence and its
+threshold trade-off, summary.json),
 reports/fingerprint.csv (stage `fingerprint`, optional), reports/contamination.json (`audit`),
 reports/agreement.json and its heatmap (`agreement`), reports/benchmarks.json (`benchmarks_report`),
 data/models.yaml (`guardpolicy plan`) and params.yaml; the Markdown and figures are built by the pure
@@ -21,7 +22,7 @@ import pandas as pd
 import yaml
 
 from guardpolicy.analysis.baselines import CALIBRATION_COLUMNS, PARSE_COLUMNS
-from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, HEADLINE_COLUMNS
+from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, HEADLINE_COLUMNS, TRADEOFF_COLUMNS
 from guardpolicy.analysis.sensitivity import (
     CORRELATION_COLUMNS,
     NOISE_FLOOR_COLUMNS,
@@ -112,6 +113,18 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
     ),
     "competence": (COMPETENCE_COLUMNS, ("seed", "cap", "ci_low", "ci_high", "n")),
+    "tradeoff": (
+        TRADEOFF_COLUMNS,
+        (
+            "seed",
+            "min_cap",
+            "over_ref",
+            "min_cap_at_over_ref_bar",
+            "threshold_at_over_ref_bar",
+            "over_ref_at_cap_bar",
+            "threshold_at_cap_bar",
+        ),
+    ),
     "mapping_effect": (
         ("model", "benchmark", "subset", "over_ref_default", "over_ref_boundary_unsafe", "change"),
         ("over_ref_default", "over_ref_boundary_unsafe", "change"),
@@ -273,6 +286,7 @@ def report(
             "correlations",
             "headline",
             "competence",
+            "tradeoff",
             "mapping_effect",
             "xstest",
             "xstest_pairs",
@@ -367,6 +381,7 @@ def report(
         swing_vs_span=tables["swing_vs_span"],
         capability_headline=tables["headline"],
         competence=tables["competence"],
+        tradeoff=tables["tradeoff"],
         baseline_parse=baseline_tables["baseline_parse"],
         calibration=baseline_tables["calibration"],
         guards=guard_facts(params),
