@@ -13,6 +13,7 @@
     guardpolicy bench-train --samples 512     # training samples/s: our loop vs transformers.Trainer
     guardpolicy bench-eval --samples 512      # inference samples/s: ours vs transformers.pipeline
     guardpolicy bench-dag --scope reduced     # time the smoke dvc repro of `make test` (full: make test-e2e)
+    guardpolicy code-deps [--write]           # dvc.yaml's code deps against each stage's imports
     guardpolicy evaluate small-E2             # one evaluate@ stage by hand (features small-E2 likewise)
     guardpolicy fingerprint                   # benchmarks labelled by each policy vs their own gold
     guardpolicy analyse                       # spans, noise floor, rank tests, correlations, intervals
@@ -104,6 +105,7 @@ COMMANDS = {
     "bench-eval": "guardpolicy.evaluation.bench:bench_eval",
     "bench-dag": "guardpolicy.devtools.bench:bench_dag",
     "tune": "guardpolicy.devtools.tune:tune",
+    "code-deps": "guardpolicy.devtools.codedeps:code_deps",
     "features": "guardpolicy.stages.evaluate:features",
     "evaluate": "guardpolicy.stages.evaluate:evaluate",
     "fingerprint": "guardpolicy.stages.fingerprint:fingerprint",
