@@ -1,0 +1,164 @@
+"""Where every artifact of the repository lives: each path defined once, relative to the repository root.
+
+`ARTIFACTS` is the table (name -> template, with `{fields}` for the per-benchmark / per-model parts); a
+`Layout` turns a name into a path under its root. The root comes from the repository, not from the
+process's working directory: DVC sets ``DVC_ROOT`` for every stage command (a queued experiment runs in its
+own copy under ``.dvc/tmp/exps/``, whose root that is), and outside DVC the nearest folder upwards holding
+both ``dvc.yaml`` and ``params.yaml`` is the root. A test checks the table against every path dvc.yaml
+declares, in both directions, so the DAG and the code cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from guardpolicy.errors import ConfigError
+
+ROOT_ENV = "DVC_ROOT"  # set by DVC for every stage command (dvc/env.py)
+ROOT_MARKERS = ("dvc.yaml", "params.yaml")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    template: str  # relative to the root; `{field}` parts name one benchmark, policy, model, ...
+    description: str
+    dvc: bool = True  # declared in dvc.yaml (False: caches, tools' outputs, inputs no stage declares)
+
+
+ARTIFACTS: Mapping[str, Artifact] = {
+    # Inputs versioned in git.
+    "params": Artifact(
+        "params.yaml", "the study's parameters (stages declare its keys, not the file)", dvc=False
+    ),
+    "taxonomy": Artifact("data/taxonomy.yaml", "coarse classes, the 24 pillars and the fact vocabulary"),
+    "benchmark_registry": Artifact("data/benchmarks.yaml", "every benchmark: sources, pinned hashes, labels"),
+    "benchmark_facts": Artifact(
+        "data/benchmark_facts.yaml", "facts each policy's labeler reads per benchmark"
+    ),
+    "pool_config": Artifact("data/pool.yaml", "the prompt pool's sources and generated cells"),
+    "user_data": Artifact("data/user", "the user's own pool files (kind: user in data/pool.yaml)"),
+    "policies": Artifact("data/policies", "the policies' constitutions"),
+    "plan": Artifact(
+        "data/models.yaml", "the model plan: every trained and evaluated model (guardpolicy plan)"
+    ),
+    "baseline_registry": Artifact("data/baselines.yaml", "open guards: hub ids, pinned revisions, adapters"),
+    "tune_study": Artifact("data/tune.yaml", "the lever study behind the default profile", dvc=False),
+    # Benchmarks.
+    "benchmarks": Artifact("data/benchmarks", "every fetched benchmark"),
+    "benchmark": Artifact("data/benchmarks/{benchmark}.parquet", "one benchmark, normalised"),
+    "benchmark_meta": Artifact("data/benchmarks/{benchmark}.meta.json", "its provenance and status"),
+    "benchmarks_report": Artifact("reports/benchmarks.json", "every fetch's provenance (metric)"),
+    "benchmarks_markdown": Artifact("reports/benchmarks.md", "the same, as a table"),
+    "benchmarks_validation": Artifact("reports/validation/benchmarks.json", "the GX benchmark suite"),
+    # Pool, labels, agreement, audit, splits.
+    "pool": Artifact("data/pool/pool.parquet", "the prompt pool"),
+    "pool_report": Artifact("reports/pool.json", "its sources, sizes and cells (metric)"),
+    "labels": Artifact("data/labels", "every policy's labels of the pool"),
+    "policy_labels": Artifact("data/labels/{policy}.parquet", "one policy's labels of the pool"),
+    "label_report": Artifact("reports/labels/{policy}.json", "its class counts and labeler facts"),
+    "agreement": Artifact("reports/agreement.json", "agreement between the policies (metric)"),
+    "agreement_markdown": Artifact("reports/agreement.md", "the same, in words"),
+    "labels_validation": Artifact("reports/validation/labels.json", "the pool and label suites"),
+    "contamination": Artifact("reports/contamination.json", "the audit: pool vs benchmark overlap (metric)"),
+    "contamination_markdown": Artifact("reports/contamination.md", "the same, as tables"),
+    "splits": Artifact("data/splits", "train / calib / val / test splits of the pool"),
+    "clean_benchmarks": Artifact("data/benchmarks_clean", "every benchmark minus prompts seen in training"),
+    "splits_validation": Artifact("reports/validation/splits.json", "the split and decontamination suites"),
+    # Models.
+    "prefixes": Artifact("data/prefix/{scale}", "a scale's frozen prefix states over every prompt"),
+    "models": Artifact("models", "every checkpoint folder", dvc=False),
+    # Model names (training.branches): <scale>-pretrained, teacher-<policy>, <scale>-<branch>[-s<seed>].
+    "model": Artifact("models/{model}", "one checkpoint: weights, tokenizer, model card"),
+    "teacher_outputs": Artifact("data/teacher_outputs", "every teacher's cached logits"),
+    "teacher_logits": Artifact("data/teacher_outputs/{policy}.parquet", "one teacher's logits"),
+    "training_logs": Artifact("reports/training/{model}", "a run's dvclive logs"),
+    "features": Artifact("data/features/{model}.npz", "a head-only model's cached backbone features"),
+    # Evaluation, fingerprint, analysis, report.
+    "evaluations": Artifact("reports/eval", "every evaluated model's predictions"),
+    "predictions": Artifact("reports/eval/{model}/predictions.parquet", "one model's predictions"),
+    "eval_metrics": Artifact("reports/eval/{model}/metrics.json", "its metrics (metric)"),
+    "fingerprint": Artifact("reports/fingerprint.csv", "each benchmark under each policy vs its gold"),
+    "fingerprint_json": Artifact(
+        "reports/fingerprint.json", "swing and unsafe shares per benchmark (metric)"
+    ),
+    "fingerprint_labels": Artifact("reports/fingerprint_labels.parquet", "every benchmark prompt per policy"),
+    "analysis_table": Artifact("reports/analysis/{table}.csv", "one table of the analysis"),
+    "summary": Artifact("reports/analysis/summary.json", "the analysis' answers (metric)"),
+    "report": Artifact("reports/REPORT.md", "the report"),
+    "figure": Artifact("reports/figures/{figure}.png", "a figure of the report"),
+    "plot_table": Artifact("reports/plots/{plot}.csv", "a tidy table for dvc plots"),
+    # Timing.
+    "stage_timings": Artifact("reports/timings", "every stage's timing record"),
+    "stage_timing": Artifact("reports/timings/{stage}.json", "one stage's seconds and samples"),
+    "timings": Artifact("reports/timings.json", "every stage's seconds and the machine's speed (metric)"),
+    # Open guard baselines (pipelines/baselines/dvc.yaml).
+    "baselines": Artifact("reports/baselines", "every open guard's predictions"),
+    "baseline_predictions": Artifact("reports/baselines/{guard}/predictions.parquet", "one guard's answers"),
+    "baseline_metrics": Artifact("reports/baselines/{guard}/metrics.json", "its metrics (metric)"),
+    "guard_card": Artifact("reports/guards/{guard}.md", "the guard's card"),
+    "guard_card_json": Artifact("reports/guards/{guard}.json", "the card's numbers"),
+    # Caches and tools: never DVC outputs (DVC deletes outputs before a rerun; caches must survive it).
+    "train_work": Artifact(".cache/train/{model}", "a run's resumable training state", dvc=False),
+    "committee_cache": Artifact(".cache/committee", "LLM judges' answers", dvc=False),
+    "baseline_cache": Artifact(".cache/baselines", "open guards' raw outputs", dvc=False),
+    "tune_work": Artifact(".cache/tune", "the tune study's runs", dvc=False),
+    "tune_reports": Artifact("reports/tune", "the tune study's tables", dvc=False),
+}
+
+
+def fields(template: str) -> list[str]:
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+
+
+def template_pattern(template: str) -> re.Pattern[str]:
+    """A regex matching the template's paths, each `{field}` one path segment or part of one."""
+    parts = re.split(r"\{[^}]+\}", template)
+    return re.compile("^" + "[^/]+".join(re.escape(p) for p in parts) + "$")
+
+
+def find_root(start: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The repository root: ``DVC_ROOT`` when DVC runs the command, else the nearest folder at or above
+    `start` (default: the working directory) holding dvc.yaml and params.yaml."""
+    env = os.environ if environ is None else environ
+    if env.get(ROOT_ENV):
+        return Path(env[ROOT_ENV]).resolve()
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if all((folder / marker).is_file() for marker in ROOT_MARKERS):
+            return folder
+    raise ConfigError(
+        f"{here}: not inside a guardpolicy repository (no folder at or above it holds "
+        f"{' and '.join(ROOT_MARKERS)}); run from the repository or set {ROOT_ENV}"
+    )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every artifact path under one repository root."""
+
+    root: Path
+
+    @classmethod
+    def discover(cls, start: str | Path | None = None) -> Layout:
+        return cls(find_root(start))
+
+    def path(self, name: str, **values: str) -> Path:
+        """The path of artifact `name`, its `{fields}` filled from `values` (each exactly once)."""
+        if name not in ARTIFACTS:
+            raise KeyError(f"unknown artifact {name!r}; known: {sorted(ARTIFACTS)}")
+        template = ARTIFACTS[name].template
+        wanted = set(fields(template))
+        if set(values) != wanted:
+            raise TypeError(f"artifact {name!r} ({template}) takes {sorted(wanted)}, got {sorted(values)}")
+        for field, value in values.items():
+            if not value or "/" in value or value in (".", ".."):
+                raise ValueError(f"artifact {name!r}: {field} {value!r} is not one path segment")
+        return self.root / template.format(**values)
+
+    def relative(self, name: str, **values: str) -> str:
+        return self.path(name, **values).relative_to(self.root).as_posix()

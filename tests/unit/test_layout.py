@@ -1,0 +1,104 @@
+"""The artifact layout (guardpolicy.layout) against dvc.yaml, in both directions, and root discovery."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.paths import REPO_ROOT
+
+from guardpolicy.errors import ConfigError
+from guardpolicy.layout import ARTIFACTS, ROOT_ENV, Layout, find_root, template_pattern
+
+DVC_FILES = ("dvc.yaml", "pipelines/baselines/dvc.yaml")
+# `${item.<field>}` deps are paths the plan computes (data/models.yaml): checked through their values below.
+_INDIRECT = re.compile(r"^\$\{item\.[a-z_]+\}$")
+_INTERPOLATION = re.compile(r"\$\{[^}]+\}")
+
+
+def _declared_paths() -> set[str]:
+    """Every data path dvc.yaml declares (deps, outs, metrics, plots), `${...}` parts as `X`."""
+    paths: set[str] = set()
+    for dvc_file in DVC_FILES:
+        document = yaml.safe_load((REPO_ROOT / dvc_file).read_text(encoding="utf-8"))
+        for entry in document["stages"].values():
+            body = entry.get("do", entry)
+            for section in ("deps", "outs", "metrics", "plots"):
+                for item in body.get(section) or []:
+                    path = item if isinstance(item, str) else next(iter(item))
+                    if path.startswith(("src/", "pipelines/")) or _INDIRECT.match(path):
+                        continue
+                    paths.add(_INTERPOLATION.sub("X", path))
+        for plot in document.get("plots") or []:
+            spec = next(iter(plot.values())) if isinstance(plot, dict) else {}
+            paths.update((spec or {}).get("y", {}) if isinstance(spec, dict) else {})
+    return paths
+
+
+def _plan_paths() -> set[str]:
+    """The paths data/models.yaml gives the `${item.*}` deps (init folders, features files)."""
+    plan = yaml.safe_load((REPO_ROOT / "data" / "models.yaml").read_text(encoding="utf-8"))
+    found = set()
+    for group in plan.values():
+        for entry in group.values() if isinstance(group, dict) else []:
+            for key in ("init_dir", "features", "model_dir"):
+                value = entry.get(key) if isinstance(entry, dict) else None
+                if isinstance(value, str) and "/" in value:
+                    found.add(value)
+    return found
+
+
+def _matches(path: str) -> list[str]:
+    return [name for name, a in ARTIFACTS.items() if template_pattern(a.template).match(path)]
+
+
+def test_every_path_dvc_yaml_declares_is_in_the_layout() -> None:
+    unknown = sorted(p for p in _declared_paths() | _plan_paths() if not _matches(p))
+    assert not unknown, (
+        f"paths in dvc.yaml / data/models.yaml that guardpolicy.layout does not define: {unknown}"
+    )
+
+
+def test_every_dvc_artifact_of_the_layout_is_declared_in_dvc_yaml() -> None:
+    declared = _declared_paths() | _plan_paths()
+    unused = sorted(
+        name
+        for name, artifact in ARTIFACTS.items()
+        if artifact.dvc and not any(template_pattern(artifact.template).match(p) for p in declared)
+    )
+    assert not unused, f"layout artifacts marked dvc=True that no dvc.yaml path uses: {unused}"
+    # And no artifact marked dvc=False is in fact a DVC path.
+    undeclared = sorted(
+        name
+        for name, artifact in ARTIFACTS.items()
+        if not artifact.dvc and any(p == artifact.template for p in declared)
+    )
+    assert not undeclared, f"marked dvc=False but declared in dvc.yaml: {undeclared}"
+
+
+def test_paths_fill_their_fields_once_and_refuse_bad_values(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    assert layout.path("pool") == tmp_path / "data" / "pool" / "pool.parquet"
+    assert layout.relative("predictions", model="small-E2") == "reports/eval/small-E2/predictions.parquet"
+    with pytest.raises(TypeError, match=r"takes \['model'\]"):
+        layout.path("predictions")
+    with pytest.raises(ValueError, match="not one path segment"):
+        layout.path("benchmark", benchmark="../escape")
+    with pytest.raises(KeyError, match="unknown artifact"):
+        layout.path("nope")
+
+
+def test_root_from_dvc_then_from_the_nearest_repository_folder(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "data" / "deep").mkdir(parents=True)
+    for marker in ("dvc.yaml", "params.yaml"):
+        (repo / marker).write_text("", encoding="utf-8")
+    assert find_root(repo / "data" / "deep", environ={}) == repo.resolve()
+    # DVC's DVC_ROOT wins (a queued experiment's copy under .dvc/tmp/exps/ is its own root).
+    elsewhere = tmp_path / "exp"
+    assert find_root(repo / "data", environ={ROOT_ENV: str(elsewhere)}) == elsewhere.resolve()
+    with pytest.raises(ConfigError, match="not inside a guardpolicy repository"):
+        find_root(tmp_path, environ={})
+    assert Layout.discover(REPO_ROOT / "src").root == REPO_ROOT.resolve()
