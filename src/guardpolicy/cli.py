@@ -42,7 +42,7 @@ import fire
 
 # config and taxonomy are light (yaml, dataclasses); the stage modules are imported per command below.
 from guardpolicy.config import PARAMS_FILE, load_params
-from guardpolicy.runner import guarded
+from guardpolicy.runner import guarded, with_layout
 from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
 
 
@@ -121,9 +121,10 @@ COMMANDS = {
 
 
 def resolve(command: str) -> Callable[..., Any]:
-    """The operation behind one command, imported on demand and wrapped for the command line."""
+    """The operation behind one command, imported on demand and wrapped for the command line (a stage that
+    takes the layout gets the repository's, as under DVC)."""
     module, _, function = COMMANDS[command].partition(":")
-    return guarded(getattr(importlib.import_module(module), function))
+    return guarded(with_layout(getattr(importlib.import_module(module), function)))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,7 +2,8 @@
 
 Exit status 2: bad input or configuration (the message names file, row and field). Exit status 1: a critical
 data expectation failed. Tracebacks are kept for genuine bugs. A stage that DVC runs also leaves its timing
-record (guardpolicy.timing). Stage scripts load their modules inside `stage_imports()`.
+record (guardpolicy.timing). Stage scripts are one call: `run_stage("module:function")`, which loads the
+module inside `stage_imports()` and hands the function the repository's layout.
 """
 
 from __future__ import annotations
@@ -47,6 +48,40 @@ def stage_imports(*preload: str) -> Iterator[None]:
         gc.freeze()
         if was_enabled:
             gc.enable()
+
+
+def with_layout(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` with its `layout` keyword filled by the repository's layout (guardpolicy.layout: DVC_ROOT
+    under DVC, else the repository around the working directory) and hidden from the command line; a function
+    without that keyword is returned as it is."""
+    import inspect
+
+    signature = inspect.signature(function)
+    if "layout" not in signature.parameters:
+        return function
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from guardpolicy.layout import Layout
+
+        return function(*args, layout=Layout.discover(), **kwargs)
+
+    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p for p in signature.parameters.values() if p.name != "layout"]
+    )
+    call.__doc__, call.__name__ = function.__doc__, function.__name__
+    return call
+
+
+def run_stage(target: str) -> None:
+    """The whole body of a `pipelines/<stage>.py` script: import `target` ("package.module:function") inside
+    `stage_imports`, then run the function from the command line (python-fire: a foreach stage's key is its
+    positional argument) with the repository's layout (`with_layout`), wrapped by `guarded`."""
+    import fire
+
+    module, _, name = target.partition(":")
+    with stage_imports(module):
+        function = getattr(sys.modules[module], name)
+    fire.Fire(guarded(with_layout(function)))
 
 
 def configure_logging(level: int = logging.INFO) -> None:

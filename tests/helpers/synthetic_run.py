@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from guardpolicy.layout import Layout
 from helpers.benchmarks import write_params
 from helpers.paths import MIRROR
 
@@ -528,8 +529,8 @@ def summary_document() -> dict:
     }
 
 
-def write_synthetic_run(root: Path, fingerprint: bool = True) -> dict[str, str]:
-    """A run's inputs to stage report under `root`; returns the report() keyword arguments."""
+def write_synthetic_run(root: Path, fingerprint: bool = True) -> Layout:
+    """A run's inputs to stage report under `root`, laid out as the repository; returns its layout."""
     analysis = root / "reports" / "analysis"
     analysis.mkdir(parents=True)
     scores_table().to_csv(analysis / "scores.csv", index=False)
@@ -712,16 +713,4 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> dict[str, str]:
     (root / "data").mkdir()
     (root / "data" / "models.yaml").write_text(yaml.safe_dump({"evaluations": evaluations}), encoding="utf-8")
     write_params(root / "params.yaml", MIRROR, profile="default")
-    return {
-        "params_file": str(root / "params.yaml"),
-        "plan_file": str(root / "data" / "models.yaml"),
-        "analysis_dir": str(analysis),
-        "fingerprint_file": str(reports / "fingerprint.csv"),
-        "contamination_file": str(reports / "contamination.json"),
-        "agreement_file": str(reports / "agreement.json"),
-        "benchmarks_file": str(reports / "benchmarks.json"),
-        "agreement_heatmap": str(figures / "agreement_heatmap.png"),
-        "out": str(reports / "REPORT.md"),
-        "figures_dir": str(figures),
-        "plots_dir": str(reports / "plots"),
-    }
+    return Layout(root)

@@ -24,6 +24,7 @@ from guardpolicy.analysis.baselines import (
 )
 from guardpolicy.analysis.scores import build_matrices, compute_draws, model_frame, scores_table
 from guardpolicy.errors import InputError
+from guardpolicy.layout import Layout
 from guardpolicy.stages.analyse import analyse
 from guardpolicy.stages.guard_card import write_guard_card
 from guardpolicy.stages.report import report
@@ -242,11 +243,11 @@ def test_analyse_reads_every_configured_guard(tmp_path: Path) -> None:
     assert GUARD_MODEL in set(effect["model"])
 
 
-def _synthetic_guard_run(tmp_path: Path) -> dict[str, str]:
+def _synthetic_guard_run(tmp_path: Path) -> Layout:
     """test_report's synthetic run plus one guard: its score rows, parse counts and calibration rows."""
-    kwargs = write_synthetic_run(tmp_path)
-    _with_guard(Path(kwargs["params_file"]))
-    analysis = Path(kwargs["analysis_dir"])
+    layout = write_synthetic_run(tmp_path)
+    _with_guard(layout.path("params"))
+    analysis = layout.path("summary").parent
     scores = pd.read_csv(analysis / "scores.csv")
     relaxed = scores[(scores["model"] == "small-E2") & (scores["mapping"] == "default")].copy()
     relaxed["model"], relaxed["kind"], relaxed["scale"] = GUARD_MODEL, "baseline", "guard"
@@ -310,12 +311,12 @@ def _synthetic_guard_run(tmp_path: Path) -> dict[str, str]:
                     }
                 )
     pd.DataFrame(rows, columns=list(CALIBRATION_COLUMNS)).to_csv(analysis / "calibration.csv", index=False)
-    return kwargs
+    return layout
 
 
 def test_report_table2_and_calibrated_comparison(tmp_path: Path) -> None:
-    kwargs = _synthetic_guard_run(tmp_path)
-    text = report(**kwargs)
+    layout = _synthetic_guard_run(tmp_path)
+    text = report(layout)
     section = text[text.index("## Table 2") : text.index("## Rank tests")]
     assert "Qwen/Qwen3Guard-Gen-0.6B @ fada3b2f65" in section
     guard_row = next(line for line in section.splitlines() if line.startswith("| `qwen3guard_0_6b`"))
@@ -330,22 +331,17 @@ def test_report_table2_and_calibrated_comparison(tmp_path: Path) -> None:
 
 
 def test_report_without_guards_says_how_to_run_them(tmp_path: Path) -> None:
-    text = report(**write_synthetic_run(tmp_path))
+    text = report(write_synthetic_run(tmp_path))
     section = text[text.index("## Table 2") : text.index("## Rank tests")]
     assert "No open guard was run" in section and "dvc repro pipelines/baselines/dvc.yaml" in section
 
 
 def test_guard_card_names_the_run_the_report_and_our_best_models(tmp_path: Path) -> None:
-    kwargs = _synthetic_guard_run(tmp_path)
-    report(**kwargs)
-    out = tmp_path / "guards"
-    path = write_guard_card(
-        GUARD,
-        params_file=kwargs["params_file"],
-        analysis_dir=kwargs["analysis_dir"],
-        report_file=kwargs["out"],
-        out_dir=str(out),
-    )
+    layout = _synthetic_guard_run(tmp_path)
+    report(layout)
+    out = tmp_path / "reports" / "guards"
+    path = write_guard_card(GUARD, layout)
+    assert path == out / f"{GUARD}.md"
     card = path.read_text(encoding="utf-8")
     assert "`fada3b2f655b89601929198343c94cd2f64d93cc`" in card
     assert "transformers — `/models/qwen3guard`" in card
@@ -357,20 +353,14 @@ def test_guard_card_names_the_run_the_report_and_our_best_models(tmp_path: Path)
     assert len(twin["report"]["sha256"]) == 64
     # Deterministic: the same inputs give byte-identical files.
     first = (card, (out / f"{GUARD}.json").read_bytes())
-    write_guard_card(
-        GUARD,
-        params_file=kwargs["params_file"],
-        analysis_dir=kwargs["analysis_dir"],
-        report_file=kwargs["out"],
-        out_dir=str(out),
-    )
+    write_guard_card(GUARD, layout)
     assert first == (path.read_text(encoding="utf-8"), (out / f"{GUARD}.json").read_bytes())
 
 
 def test_guard_card_refuses_a_guard_that_is_not_configured(tmp_path: Path) -> None:
-    params_file = write_params(tmp_path / "params.yaml", mirror_dir=tmp_path)
+    write_params(tmp_path / "params.yaml", mirror_dir=tmp_path)
     with pytest.raises(Exception, match=r"baselines.guards: no guard 'qwen3guard_0_6b'"):
-        write_guard_card(GUARD, params_file=str(params_file), analysis_dir=str(tmp_path))
+        write_guard_card(GUARD, Layout(tmp_path))
 
 
 def test_synthetic_guard_frame_keeps_the_contract(tmp_path: Path) -> None:

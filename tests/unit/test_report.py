@@ -21,15 +21,15 @@ from helpers.synthetic_run import (
 )
 
 from guardpolicy.errors import InputError
+from guardpolicy.layout import Layout
 from guardpolicy.reporting.report import natural_key
 from guardpolicy.stages.report import report
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> tuple[dict[str, str], str]:
-    root = tmp_path_factory.mktemp("run")
-    kwargs = write_synthetic_run(root)
-    return kwargs, report(**kwargs)
+def run(tmp_path_factory) -> tuple[Layout, str]:
+    layout = write_synthetic_run(tmp_path_factory.mktemp("run"))
+    return layout, report(layout)
 
 
 def _section(text: str, heading: str) -> str:
@@ -66,7 +66,7 @@ def test_sections_in_order(run):
     ]
     positions = [text.index(h) for h in headings]
     assert positions == sorted(positions)
-    assert Path(run[0]["out"]).read_text(encoding="utf-8") == text
+    assert run[0].path("report").read_text(encoding="utf-8") == text
 
 
 def test_header_counts(run):
@@ -211,8 +211,8 @@ def test_mapping_rank_correlation_xstest_fingerprint_agreement(run):
 
 
 def test_plot_tables(run):
-    kwargs, _ = run
-    plots = Path(kwargs["plots_dir"])
+    layout, _ = run
+    plots = layout.path("plot_table", plot="span").parent
     branch_scores = pd.read_csv(plots / "branch_scores.csv")
     assert list(branch_scores.columns) == ["model", "scale", "branch", "cap", "over_ref", "copy"]
     assert len(branch_scores) == len(models_table())
@@ -224,39 +224,39 @@ def test_plot_tables(run):
 
 
 def test_figures_are_byte_identical_across_runs(run, tmp_path):
-    kwargs, _ = run
-    figures = Path(kwargs["figures_dir"])
+    layout, _ = run
+    figures = layout.path("figure", figure="x").parent
     first = {name: (figures / name).read_bytes() for name in ("span_vs_floor.png", "cap_vs_overref.png")}
     assert all(data.startswith(b"\x89PNG") and len(data) > 5000 for data in first.values())
     second_root = tmp_path / "again"
     again = write_synthetic_run(second_root)
-    text = report(**again)
-    first_root = str(Path(kwargs["out"]).parents[1])
-    assert text.replace(str(second_root), first_root) == Path(kwargs["out"]).read_text(encoding="utf-8")
+    text = report(again)
+    # Byte-identical, with no trace of where it was built.
+    assert text == layout.path("report").read_text(encoding="utf-8") and str(second_root) not in text
     for name, data in first.items():
-        assert (Path(again["figures_dir"]) / name).read_bytes() == data
+        assert (again.path("figure", figure="x").parent / name).read_bytes() == data
     for name in ("branch_scores.csv", "span.csv"):
-        assert (Path(again["plots_dir"]) / name).read_bytes() == (
-            Path(kwargs["plots_dir"]) / name
+        assert (again.path("plot_table", plot="span").parent / name).read_bytes() == (
+            layout.path("plot_table", plot="span").parent / name
         ).read_bytes()
 
 
 def test_optional_inputs_absent(tmp_path):
-    kwargs = write_synthetic_run(tmp_path, fingerprint=False)
-    Path(kwargs["agreement_heatmap"]).unlink()
-    text = report(**kwargs)
-    assert f"The fingerprint table `{kwargs['fingerprint_file']}` is absent" in text
-    assert f"The heatmap `{kwargs['agreement_heatmap']}` is absent." in text
+    layout = write_synthetic_run(tmp_path, fingerprint=False)
+    layout.path("figure", figure="agreement_heatmap").unlink()
+    text = report(layout)
+    assert "The fingerprint table `reports/fingerprint.csv` is absent" in text
+    assert "The heatmap `reports/figures/agreement_heatmap.png` is absent." in text
     # The analysis writes a header-only noise floor when no recipe has several seeds.
-    floor = Path(kwargs["analysis_dir"]) / "noise_floor.csv"
+    floor = layout.path("summary").parent / "noise_floor.csv"
     floor.write_text("recipe,scale,benchmark,subset,mapping,seeds,spread,ci_low,ci_high\n", encoding="utf-8")
-    text = report(**kwargs)
-    assert f"The seed noise floor table `{floor}` has no rows" in text
+    text = report(layout)
+    assert "The seed noise floor table `reports/analysis/noise_floor.csv` has no rows" in text
     assert "no recipe at several seeds, so no seed noise floor backs the spans" in text
 
 
 def test_noise_floor_table_when_present(tmp_path):
-    kwargs = write_synthetic_run(tmp_path)
+    layout = write_synthetic_run(tmp_path)
     pd.DataFrame(
         [
             {
@@ -271,8 +271,8 @@ def test_noise_floor_table_when_present(tmp_path):
                 "ci_high": 0.1,
             }
         ]
-    ).to_csv(Path(kwargs["analysis_dir"]) / "noise_floor.csv", index=False)
-    text = report(**kwargs)
+    ).to_csv(layout.path("summary").parent / "noise_floor.csv", index=False)
+    text = report(layout)
     assert "| small-E8 | small | xstest | 42;43;44 | 0.061 [0.020, 0.100] |" in text
     assert "is absent" not in _section(text, "## Label-supervision span")
 
@@ -301,8 +301,8 @@ def test_targets_and_competence_sections(run):
 
 
 def test_competence_tradeoff_prints_the_analysis_numbers(tmp_path):
-    kwargs = write_synthetic_run(tmp_path)
-    text = report(**kwargs)
+    layout = write_synthetic_run(tmp_path)
+    text = report(layout)
     section = _section(text, "### Can one threshold meet both competence bars?")
     model, best = TRADEOFF_BEST
     assert f"The best worst-set capture that over-refusal ≤ 0.20 allows is {best:.3f} ({model})" in section
@@ -318,20 +318,20 @@ def test_competence_tradeoff_prints_the_analysis_numbers(tmp_path):
     # A model that meets both bars: no verdict, and the note under the targets goes.
     summary = summary_document()
     summary["competence_tradeoff"].update(reachable=1, reachable_models="teacher-policy_b")
-    (Path(kwargs["analysis_dir"]) / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
-    text = report(**kwargs)
+    (layout.path("summary").parent / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    text = report(layout)
     assert "cannot hold together" not in text
     assert "1 has a threshold meeting both bars (teacher-policy_b)" in text
 
 
 def test_competence_section_without_a_fingerprint(tmp_path):
-    kwargs = write_synthetic_run(tmp_path)
-    path = Path(kwargs["analysis_dir"]) / "competence.csv"
+    layout = write_synthetic_run(tmp_path)
+    path = layout.path("summary").parent / "competence.csv"
     pd.read_csv(path).iloc[0:0].to_csv(path, index=False)
     summary = summary_document()
     summary["competence"]["fingerprint"] = False
-    (Path(kwargs["analysis_dir"]) / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
-    text = report(**kwargs)
+    (layout.path("summary").parent / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    text = report(layout)
     assert "Not reported: no fingerprint was given." in _section(text, "## Competence")
     assert "No fingerprint was given, so which benchmarks the policies agree on is unknown." in text
 
@@ -349,52 +349,52 @@ def test_competence_section_without_a_fingerprint(tmp_path):
     ],
 )
 def test_missing_required_input_names_file_and_writer(tmp_path, relative, writer):
-    kwargs = write_synthetic_run(tmp_path)
+    layout = write_synthetic_run(tmp_path)
     (tmp_path / relative).unlink()
     with pytest.raises(InputError) as caught:
-        report(**kwargs)
+        report(layout)
     assert caught.value.file == str(tmp_path / relative)
     assert writer in str(caught.value)
 
 
 def test_bad_table_cell_names_row_and_field(tmp_path):
-    kwargs = write_synthetic_run(tmp_path)
-    path = Path(kwargs["analysis_dir"]) / "rank_test.csv"
+    layout = write_synthetic_run(tmp_path)
+    path = layout.path("summary").parent / "rank_test.csv"
     table = pd.read_csv(path)
     table["p_value"] = table["p_value"].astype(str)
     table.loc[3, "p_value"] = "low"
     table.to_csv(path, index=False)
     with pytest.raises(InputError) as caught:
-        report(**kwargs)
+        report(layout)
     assert (caught.value.row, caught.value.field) == (4, "p_value")
 
 
 def test_missing_column_and_summary_key(tmp_path):
-    kwargs = write_synthetic_run(tmp_path)
-    path = Path(kwargs["analysis_dir"]) / "scores.csv"
+    layout = write_synthetic_run(tmp_path)
+    path = layout.path("summary").parent / "scores.csv"
     pd.read_csv(path).drop(columns=["ci_high"]).to_csv(path, index=False)
     with pytest.raises(InputError, match="ci_high"):
-        report(**kwargs)
+        report(layout)
     scores_table().to_csv(path, index=False)
     summary = summary_document()
     del summary["load_contrast"]
-    (Path(kwargs["analysis_dir"]) / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    (layout.path("summary").parent / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     with pytest.raises(InputError) as caught:
-        report(**kwargs)
+        report(layout)
     assert caught.value.field == "load_contrast"
 
 
 def test_scores_without_headline_means_is_an_input_error(tmp_path):
-    kwargs = write_synthetic_run(tmp_path)
-    path = Path(kwargs["analysis_dir"]) / "scores.csv"
+    layout = write_synthetic_run(tmp_path)
+    path = layout.path("summary").parent / "scores.csv"
     scores = pd.read_csv(path)
     scores[scores["benchmark"] != "mean:harmful"].to_csv(path, index=False)
     with pytest.raises(InputError, match=r"no `mean:harmful` cap row") as caught:
-        report(**kwargs)
+        report(layout)
     assert caught.value.file.endswith("scores.csv") and caught.value.field == "benchmark"
     # Per-benchmark rows stay per benchmark: the means are neither in the per-benchmark table nor the caveats.
-    kwargs = write_synthetic_run(tmp_path / "intact")
-    text = report(**kwargs)
+    layout = write_synthetic_run(tmp_path / "intact")
+    text = report(layout)
     assert "mean:" not in _section(text, "## Scores per benchmark") and "mean:" not in _section(
         text, "## Reading"
     )
@@ -406,11 +406,11 @@ def test_natural_branch_order():
 
 
 def test_competence_verdict_without_any_noise_floor(tmp_path):
-    kwargs = write_synthetic_run(tmp_path)
-    path = Path(kwargs["analysis_dir"]) / "span_scale.csv"
+    layout = write_synthetic_run(tmp_path)
+    path = layout.path("summary").parent / "span_scale.csv"
     table = pd.read_csv(path)
     table["verdict"] = "undetermined: no recipe trained at several seeds at this scale"
     table.to_csv(path, index=False)
-    competence = _section(report(**kwargs), "## Competence")
+    competence = _section(report(layout), "## Competence")
     assert "**Verdict.** None: no scale has both two branches and a seed noise floor" in competence
     assert "competence, not policy." not in competence

@@ -3,7 +3,8 @@
 A stage's code deps must be exactly its entry script plus the transitive closure of the `guardpolicy` source
 files that script imports — found statically: every ``import`` / ``from ... import`` anywhere in a module
 (lazy imports inside functions included; an import of ``a.b.c`` also runs ``a/__init__.py`` and
-``a/b/__init__.py``) and every module named to ``runner.stage_imports(...)`` — minus `IGNORED`, the few
+``a/b/__init__.py``) and every module named to ``runner.stage_imports(...)`` or ``runner.run_stage(...)``
+— minus `IGNORED`, the few
 modules that cannot change what a stage writes. A dep missing from dvc.yaml lets an edit leave stale outputs
 that ``dvc status`` calls up to date; a dep listed but never imported makes unrelated edits rerun the stage.
 
@@ -88,9 +89,10 @@ def _imported_names(tree: ast.AST, module: str, is_package: bool) -> set[str]:
         elif isinstance(node, ast.Call):
             function = node.func
             called = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
-            if called == "stage_imports":
+            if called in ("stage_imports", "run_stage"):
+                # stage_imports("a.b", ...) preloads modules; run_stage("a.b:function") runs one.
                 names.update(
-                    arg.value
+                    arg.value.partition(":")[0]
                     for arg in node.args
                     if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
                 )

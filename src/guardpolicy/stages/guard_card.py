@@ -18,24 +18,21 @@ from guardpolicy.baselines.registry import guard_config, guard_spec
 from guardpolicy.config import load_params
 from guardpolicy.errors import InputError
 from guardpolicy.io import write_json, write_text
+from guardpolicy.layout import Layout
 from guardpolicy.reporting.guard_card import guard_card
 from guardpolicy.stages.report import read_table
 from guardpolicy.training.branches import main_seed
 
 log = logging.getLogger(__name__)
 
-GUARDS_DIR = "reports/guards"
 RUN_KEYS = ("backend", "model", "dtype", "batch_size")
 
 
-def write_guard_card(
-    guard: str,
-    params_file: str = "params.yaml",
-    analysis_dir: str = "reports/analysis",
-    report_file: str = "reports/REPORT.md",
-    out_dir: str = GUARDS_DIR,
-) -> Path:
-    """Write <out_dir>/<guard>.md and .json; returns the Markdown path."""
+def write_guard_card(guard: str, layout: Layout | None = None) -> Path:
+    """Write reports/guards/<guard>.md and .json (paths from `layout`, default: this repository); returns the
+    Markdown path."""
+    layout = layout or Layout.discover()
+    params_file = str(layout.path("params"))
     params = load_params(params_file)
     config = params.baselines
     run = guard_config(params, guard, params_file)
@@ -54,13 +51,12 @@ def write_guard_card(
         "top_logprobs": config.top_logprobs,
     }
     facts["model"] = facts["model"] or spec.model_id
-    analysis = Path(analysis_dir)
     writer = "stage `analyse` (run `dvc repro analyse`)"
     tables = {
-        name: read_table(analysis / f"{name}.csv", name, writer)
+        name: read_table(layout.path("analysis_table", table=name), name, writer)
         for name in ("scores", "baseline_parse", "mapping_effect", "calibration")
     }
-    report = Path(report_file)
+    report = layout.path("report")
     if not report.is_file():
         raise InputError(report, "file not found; it is written by stage `report` (run `dvc repro report`)")
     try:
@@ -73,13 +69,13 @@ def write_guard_card(
             calibration=tables["calibration"],
             subset=params.analysis.subset,
             main_seed=main_seed(params),
-            report_file=str(report),
+            report_file=layout.relative("report"),
             report_sha256=hashlib.sha256(report.read_bytes()).hexdigest(),
         )
     except ValueError as error:
-        raise InputError(analysis / "scores.csv", str(error), field="model") from error
-    out = Path(out_dir)
-    write_text(out / f"{guard}.md", markdown)
-    write_json(out / f"{guard}.json", payload)
-    log.info("guard_card: wrote %s and %s.json", out / f"{guard}.md", guard)
-    return out / f"{guard}.md"
+        raise InputError(layout.path("analysis_table", table="scores"), str(error), field="model") from error
+    card = layout.path("guard_card", guard=guard)
+    write_text(card, markdown)
+    write_json(layout.path("guard_card_json", guard=guard), payload)
+    log.info("guard_card: wrote %s and its .json twin", card)
+    return card

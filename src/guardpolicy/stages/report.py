@@ -36,6 +36,7 @@ from guardpolicy.baselines.registry import load_baseline_registry
 from guardpolicy.config import Params, load_params
 from guardpolicy.errors import InputError
 from guardpolicy.io import atomic_path, read_json, write_text
+from guardpolicy.layout import Layout
 from guardpolicy.reporting.figures import cap_vs_overref_png, span_vs_floor_png
 from guardpolicy.reporting.report import (
     ReportInputs,
@@ -258,25 +259,22 @@ def _link(target: Path, markdown: Path) -> str:
     return Path(os.path.relpath(target, markdown.parent)).as_posix()
 
 
-def report(
-    params_file: str = "params.yaml",
-    plan_file: str = "data/models.yaml",
-    analysis_dir: str = "reports/analysis",
-    fingerprint_file: str = "reports/fingerprint.csv",
-    contamination_file: str = "reports/contamination.json",
-    agreement_file: str = "reports/agreement.json",
-    benchmarks_file: str = "reports/benchmarks.json",
-    agreement_heatmap: str = "reports/figures/agreement_heatmap.png",
-    out: str = "reports/REPORT.md",
-    figures_dir: str = "reports/figures",
-    plots_dir: str = "reports/plots",
-) -> str:
-    """Write REPORT.md, span_vs_floor.png, cap_vs_overref.png and the DVC plot CSVs; return the Markdown."""
+def report(layout: Layout | None = None) -> str:
+    """Write REPORT.md, span_vs_floor.png, cap_vs_overref.png and the DVC plot CSVs; return the Markdown.
+    Every path comes from `layout` (default: the repository this runs in)."""
+    layout = layout or Layout.discover()
+    params_file = layout.path("params")
+    plan_file = layout.path("plan")
+    fingerprint_file = layout.path("fingerprint")
+    contamination_file = layout.path("contamination")
+    agreement_file = layout.path("agreement")
+    benchmarks_file = layout.path("benchmarks_report")
+    agreement_heatmap = layout.path("figure", figure="agreement_heatmap")
+    out = layout.path("report")
     params = load_params(params_file)
-    analysis = Path(analysis_dir)
     analyse = f"stage `{ANALYSE}` (run `dvc repro {ANALYSE}`)"
     tables = {
-        name: read_table(analysis / f"{name}.csv", name, analyse)
+        name: read_table(layout.path("analysis_table", table=name), name, analyse)
         for name in (
             "scores",
             "span",
@@ -293,12 +291,12 @@ def report(
         )
     }
     baseline_tables = {
-        name: read_table(analysis / f"{name}.csv", name, analyse)
-        if (analysis / f"{name}.csv").is_file()
+        name: read_table(layout.path("analysis_table", table=name), name, analyse)
+        if layout.path("analysis_table", table=name).is_file()
         else None
         for name in ("baseline_parse", "calibration")
     }
-    noise_floor_path = analysis / "noise_floor.csv"
+    noise_floor_path = layout.path("analysis_table", table="noise_floor")
     noise_floor = read_table(noise_floor_path, "noise_floor", analyse) if noise_floor_path.is_file() else None
     fingerprint_path = Path(fingerprint_file)
     fingerprint = (
@@ -306,7 +304,7 @@ def report(
         if fingerprint_path.is_file()
         else None
     )
-    summary = read_report_json(analysis / "summary.json", analyse, SUMMARY_KEYS)
+    summary = read_report_json(layout.path("summary"), analyse, SUMMARY_KEYS)
     contamination = read_report_json(contamination_file, "stage `audit`", ("benchmarks",))
     agreement = read_report_json(agreement_file, "stage `agreement`", ("pair", "n"))
     benchmarks = read_report_json(benchmarks_file, "stage `benchmarks_report`", ("benchmarks",))
@@ -327,20 +325,22 @@ def report(
         mapping=analysis_params.mapping,
         val_split=analysis_params.val_split,
         policies=tuple(params.policies),
-        source=str(Path(analysis_dir) / "scores.csv"),
+        source=layout.relative("analysis_table", table="scores"),
     )
     seed = main_seed(params)
-    figures = Path(figures_dir)
-    plots = Path(plots_dir)
-    markdown = Path(out)
+    markdown = out
     _write_png(
-        figures / "span_vs_floor.png",
+        layout.path("figure", figure="span_vs_floor"),
         span_vs_floor_png(span_headline(tables["span"], analysis_params.subset, analysis_params.mapping)),
     )
-    _write_png(figures / "cap_vs_overref.png", cap_vs_overref_png(headline, list(params.scales), seed))
-    _write_csv(plots / "branch_scores.csv", branch_scores_table(headline))
+    _write_png(
+        layout.path("figure", figure="cap_vs_overref"),
+        cap_vs_overref_png(headline, list(params.scales), seed),
+    )
+    _write_csv(layout.path("plot_table", plot="branch_scores"), branch_scores_table(headline))
     _write_csv(
-        plots / "span.csv", span_plot_table(tables["span"], analysis_params.subset, analysis_params.mapping)
+        layout.path("plot_table", plot="span"),
+        span_plot_table(tables["span"], analysis_params.subset, analysis_params.mapping),
     )
 
     heatmap = Path(agreement_heatmap)
@@ -386,21 +386,22 @@ def report(
         calibration=baseline_tables["calibration"],
         guards=guard_facts(params),
         figure_links={
-            "span_vs_floor": _link(figures / "span_vs_floor.png", markdown),
-            "cap_vs_overref": _link(figures / "cap_vs_overref.png", markdown),
+            "span_vs_floor": _link(layout.path("figure", figure="span_vs_floor"), markdown),
+            "cap_vs_overref": _link(layout.path("figure", figure="cap_vs_overref"), markdown),
             "agreement_heatmap": _link(heatmap, markdown) if heatmap.is_file() else None,
         },
+        # Relative to the root: the report names its sources, and must read the same wherever it is built.
         sources={
-            "scores": str(Path(analysis_dir) / "scores.csv"),
-            "span_scale": str(analysis / "span_scale.csv"),
-            "capability_headline": str(analysis / "headline.csv"),
-            "noise_floor": str(noise_floor_path),
-            "fingerprint": str(fingerprint_path),
-            "calibration": str(analysis / "calibration.csv"),
-            "agreement_heatmap": str(heatmap),
+            "scores": layout.relative("analysis_table", table="scores"),
+            "span_scale": layout.relative("analysis_table", table="span_scale"),
+            "capability_headline": layout.relative("analysis_table", table="headline"),
+            "noise_floor": layout.relative("analysis_table", table="noise_floor"),
+            "fingerprint": layout.relative("fingerprint"),
+            "calibration": layout.relative("analysis_table", table="calibration"),
+            "agreement_heatmap": layout.relative("figure", figure="agreement_heatmap"),
         },
     )
     text = render_report(inputs)
     write_text(markdown, text)
-    log.info("report: wrote %s, 2 figures in %s, 2 plot tables in %s", markdown, figures, plots)
+    log.info("report: wrote %s, 2 figures and 2 plot tables", markdown)
     return text
