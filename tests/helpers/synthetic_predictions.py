@@ -4,6 +4,7 @@ model plan, for the analysis tests and stage `analyse` on inputs whose answers a
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,13 @@ def write_predictions(eval_dir: Path, frames: dict[str, pd.DataFrame]) -> None:
 
 
 def stage_inputs(tmp_path: Path, sizes: dict[str, int] | None = None) -> tuple[Path, Path, dict[str, Any]]:
+    """A repository-shaped folder for stage analyse (guardpolicy.layout): params.yaml, the benchmark registry
+    and taxonomy, and every planned model's predictions under reports/eval/. Returns (params file, the eval
+    folder, the plan)."""
     params_file = write_params(tmp_path / "params.yaml", mirror_dir=tmp_path)
+    (tmp_path / "data").mkdir(exist_ok=True)
+    for name in ("benchmarks.yaml", "taxonomy.yaml"):
+        shutil.copy(REPO_ROOT / "data" / name, tmp_path / "data" / name)
     plan = small_plan()
     sizes = sizes or {
         "harmbench_copyright": 40,
@@ -107,7 +114,7 @@ def stage_inputs(tmp_path: Path, sizes: dict[str, int] | None = None) -> tuple[P
         model: synthetic_predictions(items, model, 0.5 + 0.2 * i, seed=i)
         for i, model in enumerate(sorted(plan))
     }
-    eval_dir = tmp_path / "eval"
+    eval_dir = tmp_path / "reports" / "eval"
     write_predictions(eval_dir, frames)
     return params_file, eval_dir, plan
 
@@ -118,9 +125,10 @@ def stage_inputs(tmp_path: Path, sizes: dict[str, int] | None = None) -> tuple[P
 FINGERPRINT_A_ONLY = ("harmbench_copyright", "jbb_benign")
 
 
-def write_fingerprint(folder: Path, eval_dir: Path, pair: tuple[str, str] = POLICIES) -> dict[str, str]:
-    """fingerprint.csv, fingerprint.json and fingerprint_labels.parquet (stage fingerprint's contract) for the
-    benchmark items of the predictions in `eval_dir`; returns analyse()'s keyword arguments for them."""
+def write_fingerprint(root: Path, eval_dir: Path, pair: tuple[str, str] = POLICIES) -> None:
+    """reports/fingerprint.csv, fingerprint.json and fingerprint_labels.parquet under `root` (stage
+    fingerprint's contract) for the benchmark items of the predictions in `eval_dir`."""
+    folder = root / "reports"
     any_file = next(iter(sorted(eval_dir.glob("*/predictions.parquet"))))
     items = pd.read_parquet(any_file, columns=["dataset", "id", "expected_unsafe"])
     items = items[~items["dataset"].str.startswith("split:")]
@@ -165,4 +173,3 @@ def write_fingerprint(folder: Path, eval_dir: Path, pair: tuple[str, str] = POLI
         json.dumps({"pair": list(pair), "benchmarks": benchmarks}), encoding="utf-8"
     )
     pd.concat(labels, ignore_index=True).to_parquet(folder / "fingerprint_labels.parquet", index=False)
-    return {"fingerprint_file": str(folder / "fingerprint.csv")}

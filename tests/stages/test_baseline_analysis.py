@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 from helpers.benchmarks import write_params
-from helpers.synthetic_predictions import REGISTRY, stage_inputs
+from helpers.synthetic_predictions import stage_inputs
 from helpers.synthetic_run import write_synthetic_run
 
 from guardpolicy.analysis.baselines import (
@@ -207,16 +207,8 @@ def _with_guard(params_file: Path) -> None:
 
 def test_analyse_reads_every_configured_guard(tmp_path: Path) -> None:
     params_file, eval_dir, plan = stage_inputs(tmp_path)
-    out = tmp_path / "analysis"
-    kwargs = dict(
-        params_file=str(params_file),
-        eval_dir=str(eval_dir),
-        registry_file=str(REGISTRY),
-        fingerprint_file=None,
-        out_dir=str(out),
-        evaluations=plan,
-        baselines_dir=str(tmp_path / "baselines"),
-    )
+    out = tmp_path / "reports" / "analysis"
+    kwargs = dict(layout=Layout(tmp_path), evaluations=plan, use_fingerprint=False)
     plain = analyse(**kwargs)
     assert "baselines" not in plain
     assert (out / "calibration.csv").read_text(encoding="utf-8").strip() == ",".join(CALIBRATION_COLUMNS)
@@ -224,7 +216,7 @@ def test_analyse_reads_every_configured_guard(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"baseline@qwen3guard_0_6b \(pipelines/baselines/dvc.yaml\)"):
         analyse(**kwargs)
     source = pd.read_parquet(eval_dir / "small-E2" / "predictions.parquet")
-    folder = tmp_path / "baselines" / GUARD
+    folder = tmp_path / "reports" / "baselines" / GUARD
     folder.mkdir(parents=True)
     _guard_frame(source, seed=3).to_parquet(folder / "predictions.parquet", index=False)
     summary = analyse(**kwargs)

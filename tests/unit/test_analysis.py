@@ -14,7 +14,6 @@ import yaml
 from helpers.synthetic_predictions import (
     LABEL_KINDS,
     POLICIES,
-    REGISTRY,
     model_entry,
     stage_inputs,
     synthetic_items,
@@ -49,6 +48,7 @@ from guardpolicy.analysis.stats import percentile_interval
 from guardpolicy.analysis.xstest import pair_consistency, type_over_refusal
 from guardpolicy.config import LoadConfig, load_params
 from guardpolicy.errors import InputError
+from guardpolicy.layout import Layout
 from guardpolicy.stages.analyse import analyse, warn_unregistered
 from guardpolicy.training import branches as plan_registry
 
@@ -487,17 +487,10 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
         capture_benchmarks=["advbench"], over_refusal_benchmark="jbb_benign", over_refusal_branches=["E2"]
     )
     params_file.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    fingerprint = write_fingerprint(tmp_path / "fingerprint", eval_dir)
-    out = tmp_path / "analysis"
-    kwargs = dict(
-        params_file=str(params_file),
-        eval_dir=str(eval_dir),
-        registry_file=str(REGISTRY),
-        out_dir=str(out),
-        evaluations=plan,
-        **fingerprint,
-    )
-    summary = analyse(**kwargs)
+    write_fingerprint(tmp_path, eval_dir)
+    layout = Layout(tmp_path)
+    out = tmp_path / "reports" / "analysis"
+    summary = analyse(layout, evaluations=plan)
     for name, header in EXPECTED_FILES.items():
         lines = (out / name).read_text(encoding="utf-8").splitlines()
         assert lines[0] == header, name
@@ -589,62 +582,38 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
     assert tradeoff["min_cap_at_over_ref_bar"].between(0, 1).all()
     # Deterministic: a second run writes byte-identical files.
     first = {name: (out / name).read_bytes() for name in [*EXPECTED_FILES, "summary.json"]}
-    analyse(**kwargs)
+    analyse(layout, evaluations=plan)
     assert first == {name: (out / name).read_bytes() for name in first}
     # The per-prompt labels are required with a fingerprint; their absence names the file and the stage.
-    (tmp_path / "fingerprint" / "fingerprint_labels.parquet").unlink()
+    (tmp_path / "reports" / "fingerprint_labels.parquet").unlink()
     with pytest.raises(
         InputError, match=r"fingerprint_labels.parquet: file not found.*dvc repro fingerprint"
     ):
-        analyse(**kwargs)
+        analyse(layout, evaluations=plan)
 
 
 def test_analyse_names_a_missing_predictions_file_and_column(tmp_path: Path) -> None:
     params_file, eval_dir, plan = stage_inputs(tmp_path, {"harmbench_copyright": 10, "split:val": 10})
-    plan_file = tmp_path / "models.yaml"
+    layout = Layout(tmp_path)
     params = load_params(params_file)
-    plan_file.write_text(plan_registry.plan_text(plan_registry.plan_document(params)), encoding="utf-8")
+    layout.path("plan").write_text(
+        plan_registry.plan_text(plan_registry.plan_document(params)), encoding="utf-8"
+    )
+    # The full plan's noise-floor seeds have no predictions here (the first one, sorted, is named).
     with pytest.raises(
-        InputError, match=r"large-E1/predictions.parquet: file not found; stage evaluate@large-E1"
+        InputError, match=r"large-E2-s43/predictions.parquet: file not found; stage evaluate@large-E2-s43"
     ):
-        analyse(
-            params_file=str(params_file),
-            plan_file=str(plan_file),
-            eval_dir=str(tmp_path / "nowhere"),
-            registry_file=str(REGISTRY),
-            fingerprint_file=None,
-            out_dir=str(tmp_path / "out"),
-        )
+        analyse(layout, use_fingerprint=False)
     victim = eval_dir / "small-E1" / "predictions.parquet"
     pd.read_parquet(victim).drop(columns=["unsafe_bu"]).to_parquet(victim, index=False)
     with pytest.raises(InputError, match=r"small-E1/predictions.parquet, row header, field 'unsafe_bu'"):
-        analyse(
-            params_file=str(params_file),
-            eval_dir=str(eval_dir),
-            registry_file=str(REGISTRY),
-            fingerprint_file=None,
-            out_dir=str(tmp_path / "out"),
-            evaluations=plan,
-        )
+        analyse(layout, evaluations=plan, use_fingerprint=False)
+    others = {m: e for m, e in plan.items() if m != "small-E1"}
     with pytest.raises(InputError, match=r"fingerprint\.csv: file not found"):
-        analyse(
-            params_file=str(params_file),
-            eval_dir=str(eval_dir),
-            registry_file=str(REGISTRY),
-            fingerprint_file=str(tmp_path / "fingerprint.csv"),
-            out_dir=str(tmp_path / "out"),
-            evaluations={m: e for m, e in plan.items() if m != "small-E1"},
-        )
+        analyse(layout, evaluations=others)
     # Without xstest (and without a fingerprint) the stage still runs; the XSTest tables are header-only.
-    out = tmp_path / "out"
-    summary = analyse(
-        params_file=str(params_file),
-        eval_dir=str(eval_dir),
-        registry_file=str(REGISTRY),
-        fingerprint_file=None,
-        out_dir=str(out),
-        evaluations={m: e for m, e in plan.items() if m != "small-E1"},
-    )
+    out = tmp_path / "reports" / "analysis"
+    summary = analyse(layout, evaluations=others, use_fingerprint=False)
     assert "fingerprint" not in summary and summary["benchmarks"] == 1
     assert (out / "xstest.csv").read_text(encoding="utf-8").splitlines() == [EXPECTED_FILES["xstest.csv"]]
     assert summary["load_contrast"]["verdict"].startswith("undetermined: no fingerprint swing")

@@ -31,6 +31,7 @@ from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.evaluation.items import benchmark_items
 from guardpolicy.first_match import Clause
 from guardpolicy.labeling.policy import load_policy, parse_policy
+from guardpolicy.layout import Layout
 from guardpolicy.pool.registry import load_pool_registry, parse_pool_registry
 from guardpolicy.stages.analyse import analyse
 from guardpolicy.stages.labels import label
@@ -422,22 +423,13 @@ def test_same_values_stored_differently_name_both_dtypes() -> None:
 
 
 def test_analyse_names_the_absent_dataset_and_writes_nothing(tmp_path: Path) -> None:
-    params_file, eval_dir, plan = stage_inputs(
-        tmp_path, {"harmbench_copyright": 6, "xstest": 6, "split:val": 6}
-    )
+    _, eval_dir, plan = stage_inputs(tmp_path, {"harmbench_copyright": 6, "xstest": 6, "split:val": 6})
     victim = eval_dir / "small-E2" / "predictions.parquet"
     frame = pd.read_parquet(victim)
     frame[frame["dataset"] != "xstest"].to_parquet(victim, index=False)
-    out = tmp_path / "analysis"
+    out = tmp_path / "reports" / "analysis"
     with pytest.raises(InputError) as info:
-        analyse(
-            params_file=str(params_file),
-            eval_dir=str(eval_dir),
-            registry_file=str(REGISTRY),
-            fingerprint_file=None,
-            out_dir=str(out),
-            evaluations=plan,
-        )
+        analyse(Layout(tmp_path), evaluations=plan, use_fingerprint=False)
     assert info.value.file == str(victim)
     assert "missing dataset(s) ['xstest']" in str(info.value)
     assert not out.exists()

@@ -85,32 +85,20 @@ from guardpolicy.analysis.xstest import (
     pair_consistency,
     type_over_refusal,
 )
-from guardpolicy.baselines import BASELINES_DIR
 from guardpolicy.config import Params, load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_path, read_json, write_json
-from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
-from guardpolicy.training.branches import PLAN_FILE, check_plan_document, main_seed
+from guardpolicy.layout import Layout
+from guardpolicy.taxonomy import load_taxonomy
+from guardpolicy.training.branches import check_plan_document, main_seed
 
 log = logging.getLogger(__name__)
 
-EVAL_DIR = "reports/eval"
-ANALYSIS_DIR = "reports/analysis"
-REGISTRY_FILE = "data/benchmarks.yaml"
-FINGERPRINT_FILE = "reports/fingerprint.csv"
-# Beside fingerprint.csv, written by the same stage.
-FINGERPRINT_JSON_NAME = "fingerprint.json"
-POLICY_LABELS_NAME = "fingerprint_labels.parquet"
-PREDICTIONS_NAME = "predictions.parquet"
 FINGERPRINT_COLUMNS = ("benchmark", "policy", "agreement")
 # Six significant digits: enough for any rate over the study's largest benchmark, stable across platforms.
 FLOAT_FORMAT = "%.6g"
 MODEL_KEYS = ("kind", "scale", "branch", "seed", "recipe")
-
-
-def predictions_path(eval_dir: str | Path, model: str) -> Path:
-    return Path(eval_dir) / model / PREDICTIONS_NAME
 
 
 def read_predictions(
@@ -289,29 +277,25 @@ def write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 
 def analyse(
-    params_file: str = "params.yaml",
-    plan_file: str = PLAN_FILE,
-    eval_dir: str = EVAL_DIR,
-    registry_file: str = REGISTRY_FILE,
-    fingerprint_file: str | None = FINGERPRINT_FILE,
-    out_dir: str = ANALYSIS_DIR,
+    layout: Layout | None = None,
+    *,
     evaluations: Mapping[str, Mapping[str, Any]] | None = None,
-    baselines_dir: str = BASELINES_DIR,
-    taxonomy_file: str = TAXONOMY_FILE,
-    fingerprint_json: str | None = None,
-    policy_labels_file: str | None = None,
+    use_fingerprint: bool = True,
 ) -> dict:
-    """Compute every table of the analysis and summary.json; returns the summary.
+    """Compute every table of the analysis and summary.json; returns the summary. Paths from `layout`
+    (default: this repository).
 
     `evaluations` (model -> kind, scale, branch, seed, recipe) replaces the plan file when given (tests and
     ad-hoc model sets); otherwise the plan's `evaluations` are used after checking the plan is current.
-    `fingerprint_file=None` runs without the fingerprint: no fingerprint summary, load grouping, competence
-    set, swing-vs-span test or VAL-policy agreement (each says so). Otherwise fingerprint.csv, its JSON
-    twin (`fingerprint_json`, default: fingerprint.json beside it) and the per-prompt labels
-    (`policy_labels_file`, default: fingerprint_labels.parquet beside it) must all exist.
-    Every guard of params `baselines.guards` must have its predictions in `baselines_dir`.
+    `use_fingerprint=False` runs without the fingerprint: no fingerprint summary, load grouping, competence
+    set, swing-vs-span test or VAL-policy agreement (each says so). Otherwise fingerprint.csv, its JSON twin
+    and the per-prompt labels must all exist. Every guard of params `baselines.guards` must have its
+    predictions in reports/baselines/<guard>/.
     """
     started = time.perf_counter()
+    layout = layout or Layout.discover()
+    params_file = str(layout.path("params"))
+    plan_file = str(layout.path("plan"))
     params = load_params(params_file)
     config = params.analysis
     check_analysis_params(params, params_file)
@@ -321,31 +305,32 @@ def analyse(
     else:
         where = "evaluations"
     check_evaluations(evaluations, where)
-    label_kinds = {name: spec.label.kind for name, spec in load_registry(registry_file).items()}
+    label_kinds = {
+        name: spec.label.kind for name, spec in load_registry(layout.path("benchmark_registry")).items()
+    }
     warn_unregistered(params, label_kinds, params_file)
     policies = tuple(params.policies)
     samples = params.active.bootstrap_samples
 
-    files = {model: str(predictions_path(eval_dir, model)) for model in evaluations}
+    files = {model: str(layout.path("predictions", model=model)) for model in evaluations}
     predictions = {
         model: read_predictions(Path(files[model]), model, policies) for model in sorted(evaluations)
     }
     guards = sorted(params.baselines.guards)
     for guard in guards:
         model = guard_model_name(guard)
-        files[model] = str(Path(baselines_dir) / guard / PREDICTIONS_NAME)
+        files[model] = str(layout.path("baseline_predictions", guard=guard))
         predictions[model] = read_predictions(
             Path(files[model]), model, policies, stage=f"baseline@{guard} (pipelines/baselines/dvc.yaml)"
         )
-    fingerprint = read_fingerprint(Path(fingerprint_file)) if fingerprint_file is not None else None
+    fingerprint = read_fingerprint(layout.path("fingerprint")) if use_fingerprint else None
     swings: PolicyFingerprint | None = None
     labels_path: Path | None = None
-    if fingerprint_file is not None:
-        beside = Path(fingerprint_file).parent
-        swings = read_fingerprint_json(Path(fingerprint_json or beside / FINGERPRINT_JSON_NAME))
-        labels_path = Path(policy_labels_file or beside / POLICY_LABELS_NAME)
+    if use_fingerprint:
+        swings = read_fingerprint_json(layout.path("fingerprint_json"))
+        labels_path = layout.path("fingerprint_labels")
     models = model_frame({**evaluations, **baseline_evaluations(guards)})
-    taxonomy = load_taxonomy(taxonomy_file)
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
     unsafe_labels = {
         DEFAULT: tuple(taxonomy.unsafe_classes),
         BOUNDARY_UNSAFE: tuple(dict.fromkeys((*taxonomy.unsafe_classes, BOUNDARY_CLASS))),
@@ -358,7 +343,7 @@ def analyse(
             policy_note = f"policy {config.val_policy!r} labelled no benchmark prompt ({labels_path})"
         else:
             policy_agreement = policy_label_agreement(
-                matrices, labels, config.subset, config.mapping, str(labels_path)
+                matrices, labels, config.subset, config.mapping, layout.relative("fingerprint_labels")
             )
     log.info(
         "analyse: %d models (%d open guards), %d datasets, B = %d bootstrap samples (seed %d)",
@@ -510,7 +495,6 @@ def analyse(
         study=study,
     )
 
-    out = Path(out_dir)
     tables = {
         "scores.csv": scores,
         "span.csv": spans_frame,
@@ -529,9 +513,10 @@ def analyse(
         "calibration.csv": calibration,
     }
     for name, table in tables.items():
-        write_csv(out / name, table)
-        log.info("analyse: wrote %s (%d rows)", out / name, len(table))
-    write_json(out / "summary.json", summary)
+        path = layout.path("analysis_table", table=name.removesuffix(".csv"))
+        write_csv(path, table)
+        log.info("analyse: wrote %s (%d rows)", path, len(table))
+    write_json(layout.path("summary"), summary)
     log.info(
         "analyse: copyright vs noise floor: %s; load contrast: %s (%.1f s)",
         copyright_noise["verdict"],
