@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from sklearn.metrics import cohen_kappa_score
 
 from guardpolicy.analysis.agreement import agreement_report, cohen_kappa, confusion_matrix
 from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.layout import Layout
 from guardpolicy.stages.agreement import agreement
 from guardpolicy.taxonomy import load_taxonomy
 
@@ -172,38 +174,36 @@ def test_duplicate_id_and_unknown_class() -> None:
         agreement_report(toy_labels(FIRST, "a"), second, toy_pool(), TAXONOMY, names=("a", "b"))
 
 
-def _stage_inputs(tmp_path: Path) -> dict[str, str]:
-    params = write_params(tmp_path / "params.yaml", mirror_dir=tmp_path / "mirror")
-    pool_file = tmp_path / "pool.parquet"
-    toy_pool().assign(prompt=[f"prompt {i}" for i in range(10)]).to_parquet(pool_file, index=False)
-    labels_dir = tmp_path / "labels"
-    labels_dir.mkdir()
-    toy_labels(FIRST, "policy_a").to_parquet(labels_dir / "policy_a.parquet", index=False)
-    toy_labels(SECOND, "policy_b").to_parquet(labels_dir / "policy_b.parquet", index=False)
-    return {
-        "params_file": str(params),
-        "pool_file": str(pool_file),
-        "labels_dir": str(labels_dir),
-        "taxonomy_file": str(REPO_ROOT / "data" / "taxonomy.yaml"),
-    }
+def _stage_inputs(root: Path) -> Layout:
+    """A repository-shaped folder with params, taxonomy, the toy pool and both policies' labels."""
+    layout = Layout(root)
+    root.mkdir(parents=True, exist_ok=True)
+    write_params(layout.path("params"), mirror_dir=root / "mirror")
+    layout.path("taxonomy").parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO_ROOT / "data" / "taxonomy.yaml", layout.path("taxonomy"))
+    layout.path("pool").parent.mkdir(parents=True)
+    toy_pool().assign(prompt=[f"prompt {i}" for i in range(10)]).to_parquet(layout.path("pool"), index=False)
+    layout.path("labels").mkdir(parents=True)
+    toy_labels(FIRST, "policy_a").to_parquet(layout.path("policy_labels", policy="policy_a"), index=False)
+    toy_labels(SECOND, "policy_b").to_parquet(layout.path("policy_labels", policy="policy_b"), index=False)
+    return layout
 
 
-def _outputs(out: Path) -> dict[str, str]:
+def _outputs(layout: Layout) -> dict[str, Path]:
     return {
-        "json_out": str(out / "agreement.json"),
-        "markdown_out": str(out / "agreement.md"),
-        "figure_out": str(out / "figures" / "agreement_heatmap.png"),
+        "json_out": layout.path("agreement"),
+        "markdown_out": layout.path("agreement_markdown"),
+        "figure_out": layout.path("figure", figure="agreement_heatmap"),
     }
 
 
 def test_stage_writes_deterministic_outputs(tmp_path: Path) -> None:
-    inputs = _stage_inputs(tmp_path)
     runs = []
     for run in ("one", "two"):
-        outputs = _outputs(tmp_path / run)
-        summary = agreement(**inputs, **outputs)
+        layout = _stage_inputs(tmp_path / run)
+        summary = agreement(layout)
         assert summary["coarse_agreement"] == pytest.approx(0.6)
-        runs.append({key: Path(path).read_bytes() for key, path in outputs.items()})
+        runs.append({key: path.read_bytes() for key, path in _outputs(layout).items()})
     assert runs[0] == runs[1]
     png = runs[0]["figure_out"]
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
@@ -217,19 +217,19 @@ def test_stage_writes_deterministic_outputs(tmp_path: Path) -> None:
 
 
 def test_stage_rejects_missing_labels_and_unknown_policy(tmp_path: Path) -> None:
-    inputs = _stage_inputs(tmp_path)
-    Path(inputs["labels_dir"], "policy_b.parquet").unlink()
+    layout = _stage_inputs(tmp_path)
+    layout.path("policy_labels", policy="policy_b").unlink()
     with pytest.raises(
         InputError, match=r"policy_b\.parquet: file not found; run `dvc repro label@policy_b`"
     ):
-        agreement(**inputs, **_outputs(tmp_path / "out"))
-    params = Path(inputs["params_file"])
+        agreement(layout)
+    params = layout.path("params")
     params.write_text(
         params.read_text(encoding="utf-8").replace("- policy_b\n", "- policy_z\n", 1), encoding="utf-8"
     )
     with pytest.raises(ConfigError, match=r"agreement\.pair\[1\]: 'policy_z'"):
-        agreement(**inputs, **_outputs(tmp_path / "out"))
-    assert not (tmp_path / "out").exists()
+        agreement(layout)
+    assert not layout.path("agreement").exists() and not layout.path("agreement_markdown").exists()
 
 
 def test_share_of_disagreements_in_boundary_or_compound() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,6 +27,7 @@ from guardpolicy.labeling.benchmarks import (
     load_benchmark_facts,
     parse_benchmark_facts,
 )
+from guardpolicy.layout import Layout
 from guardpolicy.stages import fingerprint as fingerprint_stage
 from guardpolicy.taxonomy import load_taxonomy
 
@@ -254,8 +256,11 @@ def write_benchmark(directory: Path, name: str, frame: pd.DataFrame | None) -> N
 
 def stage_fixture(tmp_path: Path, policies: dict[str, Any] | None = None) -> dict[str, Path]:
     names = ["harmbench_copyright", "xstest", "orbench_hard"]
+    # Laid out as the repository (guardpolicy.layout): data/ inputs, reports/ outputs.
+    (tmp_path / "data").mkdir(exist_ok=True)
+    shutil.copy(TAXONOMY_FILE, tmp_path / "data" / "taxonomy.yaml")
     registry = registry_with(
-        {n: real_registry()["benchmarks"][n] for n in names}, tmp_path / "benchmarks.yaml"
+        {n: real_registry()["benchmarks"][n] for n in names}, tmp_path / "data" / "benchmarks.yaml"
     )
     facts = facts_data()
     facts["benchmarks"] = {n: facts["benchmarks"][n] for n in names}
@@ -269,7 +274,7 @@ def stage_fixture(tmp_path: Path, policies: dict[str, Any] | None = None) -> dic
     params["agreement"]["pair"] = ["policy_a", "policy_b"]
     params["fingerprint"] = {"facts_file": str(facts_file)}
     params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-    bench_dir = tmp_path / "benchmarks"
+    bench_dir = tmp_path / "data" / "benchmarks"
     copyright_rows = pd.DataFrame(
         {
             "id": ["harmbench_copyright:1", "harmbench_copyright:2", "harmbench_copyright:3"],
@@ -294,20 +299,18 @@ def stage_fixture(tmp_path: Path, policies: dict[str, Any] | None = None) -> dic
     write_benchmark(bench_dir, "harmbench_copyright", copyright_rows)
     write_benchmark(bench_dir, "xstest", xstest_rows)
     write_benchmark(bench_dir, "orbench_hard", None)
-    return {"params": params_file, "registry": registry, "benchmarks": bench_dir, "out": tmp_path / "reports"}
+    return {
+        "root": tmp_path,
+        "params": params_file,
+        "registry": registry,
+        "benchmarks": bench_dir,
+        "out": tmp_path / "reports",
+    }
 
 
 def run_stage(paths: dict[str, Path]) -> tuple[pd.DataFrame, dict]:
-    fingerprint_stage.fingerprint(
-        params_file=str(paths["params"]),
-        registry_file=str(paths["registry"]),
-        benchmarks_dir=str(paths["benchmarks"]),
-        out_csv=str(paths["out"] / "fingerprint.csv"),
-        out_json=str(paths["out"] / "fingerprint.json"),
-        taxonomy_file=str(TAXONOMY_FILE),
-        # Every output under tmp_path: the default would overwrite the checkout's reports/ (it did once).
-        out_labels=str(paths["out"] / "fingerprint_labels.parquet"),
-    )
+    # Every output under tmp_path: the layout of the checkout would overwrite its reports/ (it did once).
+    fingerprint_stage.fingerprint(Layout(paths["root"]))
     labels = pd.read_parquet(paths["out"] / "fingerprint_labels.parquet")
     assert set(labels["benchmark"]) <= {"harmbench_copyright", "xstest", "orbench_hard"} and len(labels)
     table = pd.read_csv(paths["out"] / "fingerprint.csv")

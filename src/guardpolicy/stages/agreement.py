@@ -12,8 +12,9 @@ from guardpolicy.analysis.agreement import agreement_report
 from guardpolicy.config import load_params
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_path, write_json, write_text
+from guardpolicy.layout import Layout
 from guardpolicy.reporting.agreement import agreement_heatmap, agreement_markdown
-from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+from guardpolicy.taxonomy import load_taxonomy
 
 log = logging.getLogger(__name__)
 
@@ -31,21 +32,12 @@ def read_columns(path: Path, columns: list[str], hint: str) -> pd.DataFrame:
     return pd.read_parquet(path, columns=columns)
 
 
-def label_path(labels_dir: str | Path, policy: str) -> Path:
-    return Path(labels_dir) / f"{policy}.parquet"
-
-
-def agreement(
-    params_file: str = "params.yaml",
-    pool_file: str = "data/pool/pool.parquet",
-    labels_dir: str = "data/labels",
-    taxonomy_file: str = TAXONOMY_FILE,
-    json_out: str = "reports/agreement.json",
-    markdown_out: str = "reports/agreement.md",
-    figure_out: str = "reports/figures/agreement_heatmap.png",
-) -> dict:
-    """Compare the labels of params `agreement.pair`; write the JSON metric, the Markdown and the heatmap."""
-    params = load_params(params_file)
+def agreement(layout: Layout | None = None) -> dict:
+    """Compare the labels of params `agreement.pair`; write the JSON metric, the Markdown and the heatmap
+    (paths from `layout`, default: this repository)."""
+    layout = layout or Layout.discover()
+    params_file = layout.relative("params")
+    params = load_params(layout.path("params"))
     pair = params.agreement.pair
     for position, policy in enumerate(pair):
         if policy not in params.policies:
@@ -53,19 +45,28 @@ def agreement(
                 f"{params_file}: agreement.pair[{position}]: {policy!r} is not one of the policies "
                 f"{sorted(params.policies)}"
             )
-    taxonomy = load_taxonomy(taxonomy_file)
-    pool = read_columns(Path(pool_file), ["id", "source"], "run `dvc repro pool` first")
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    pool = read_columns(layout.path("pool"), ["id", "source"], "run `dvc repro pool` first")
     frames = [
         read_columns(
-            label_path(labels_dir, policy), ["id", "coarse"], f"run `dvc repro label@{policy}` first"
+            layout.path("policy_labels", policy=policy),
+            ["id", "coarse"],
+            f"run `dvc repro label@{policy}` first",
         )
         for policy in pair
     ]
-    files = (str(label_path(labels_dir, pair[0])), str(label_path(labels_dir, pair[1])), str(pool_file))
+    # Relative to the root: the report names its inputs and must read the same wherever it is built.
+    files = (
+        layout.relative("policy_labels", policy=pair[0]),
+        layout.relative("policy_labels", policy=pair[1]),
+        layout.relative("pool"),
+    )
     log.info("agreement: %s vs %s over %d pool prompts", pair[0], pair[1], len(pool))
     report = agreement_report(frames[0], frames[1], pool, taxonomy, names=pair, files=files)
+    json_out, markdown_out = layout.path("agreement"), layout.path("agreement_markdown")
+    figure_out = layout.path("figure", figure="agreement_heatmap")
     write_json(json_out, report)
-    figure_link = Path(os.path.relpath(figure_out, Path(markdown_out).parent)).as_posix()
+    figure_link = Path(os.path.relpath(figure_out, markdown_out.parent)).as_posix()
     write_text(markdown_out, agreement_markdown(report, figure_link=figure_link))
     with atomic_path(figure_out) as tmp:
         tmp.write_bytes(agreement_heatmap(report))

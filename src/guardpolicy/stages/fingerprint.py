@@ -38,7 +38,8 @@ from guardpolicy.labeling.benchmarks import (
     fact_counts,
     load_benchmark_facts,
 )
-from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+from guardpolicy.layout import Layout
+from guardpolicy.taxonomy import load_taxonomy
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,15 @@ def _read_benchmark(path: Path) -> pd.DataFrame:
     return frame
 
 
-def _labelers(params_file: str, params: Any, taxonomy: Any) -> tuple[dict[str, Labeler], dict[str, dict]]:
-    """The labelers of the policies that can label benchmark prompts, and every policy's status."""
+def _labelers(
+    params_file: str, params: Any, taxonomy: Any, root: Path
+) -> tuple[dict[str, Labeler], dict[str, dict]]:
+    """The labelers of the policies that can label benchmark prompts, and every policy's status (policy
+    files as params names them, relative to the repository `root`)."""
     labelers: dict[str, Labeler] = {}
     status: dict[str, dict] = {}
     for name, policy_params in sorted(params.policies.items()):
-        policy = load_policy(policy_params.file, taxonomy)
+        policy = load_policy(root / policy_params.file, taxonomy)
         if policy.name != name:
             raise ConfigError(
                 f"{params_file}: policies.{name}.file: {policy_params.file} is policy {policy.name!r}"
@@ -86,17 +90,12 @@ def _labelers(params_file: str, params: Any, taxonomy: Any) -> tuple[dict[str, L
     return labelers, status
 
 
-def fingerprint(
-    params_file: str = "params.yaml",
-    registry_file: str = "data/benchmarks.yaml",
-    benchmarks_dir: str = "data/benchmarks",
-    out_csv: str = "reports/fingerprint.csv",
-    out_json: str = "reports/fingerprint.json",
-    taxonomy_file: str = TAXONOMY_FILE,
-    out_labels: str = "reports/fingerprint_labels.parquet",
-) -> dict:
-    """Label every present benchmark under every policy; write the agreement table and the JSON metric."""
-    params = load_params(params_file)
+def fingerprint(layout: Layout | None = None) -> dict:
+    """Label every present benchmark under every policy; write the agreement table, the JSON metric and the
+    per-prompt labels (paths from `layout`, default: this repository)."""
+    layout = layout or Layout.discover()
+    params_file = layout.relative("params")
+    params = load_params(layout.path("params"))
     pair = params.agreement.pair
     for position, policy in enumerate(pair):
         if policy not in params.policies:
@@ -104,31 +103,34 @@ def fingerprint(
                 f"{params_file}: agreement.pair[{position}]: {policy!r} is not one of the policies "
                 f"{sorted(params.policies)}"
             )
-    taxonomy = load_taxonomy(taxonomy_file)
-    registry = load_registry(registry_file)
-    facts_file = params.fingerprint.facts_file
-    entries = load_benchmark_facts(facts_file, taxonomy, registry)
-    labelers, policy_status = _labelers(params_file, params, taxonomy)
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    registry = load_registry(layout.path("benchmark_registry"))
+    facts_file = params.fingerprint.facts_file  # relative to the root, as params names it
+    entries = load_benchmark_facts(layout.root / facts_file, taxonomy, registry)
+    labelers, policy_status = _labelers(params_file, params, taxonomy, layout.root)
 
     benchmarks: dict[str, tuple[Path, pd.DataFrame, pd.DataFrame]] = {}
     skipped: dict[str, str] = {}
     missing: list[str] = []
     for name in registry:
-        path = Path(benchmarks_dir) / f"{name}.parquet"
-        meta_file = path.with_name(f"{name}.meta.json")
+        path = layout.path("benchmark", benchmark=name)
+        meta_file = layout.path("benchmark_meta", benchmark=name)
         if not meta_file.is_file():
             raise InputError(meta_file, f"file not found; run `dvc repro fetch@{name}` first")
         meta = read_json(meta_file)
         if meta.get("status") == "missing":
-            skipped[name] = f"missing: fetch@{name} found no data (see {meta_file})"
+            where = layout.relative("benchmark_meta", benchmark=name)
+            skipped[name] = f"missing: fetch@{name} found no data (see {where})"
             missing.append(name)
             continue
         frame = _read_benchmark(path)
         if frame.empty:
             skipped[name] = "no rows"
             continue
-        rows = benchmark_label_rows(frame, entries[name], file=str(path))
-        benchmarks[name] = (path, frame[["id", GOLD_COLUMN]], rows)
+        # Relative to the root, as before: the labelers name the file in messages and cache keys.
+        relative = layout.relative("benchmark", benchmark=name)
+        rows = benchmark_label_rows(frame, entries[name], file=relative)
+        benchmarks[name] = (Path(relative), frame[["id", GOLD_COLUMN]], rows)
     log.info(
         "fingerprint: %d benchmark(s) (%d prompts) x %d policy labeler(s) %s; skipped %s",
         len(benchmarks),
@@ -172,6 +174,7 @@ def fingerprint(
         facts={name: fact_counts(rows) for name, (_, _, rows) in benchmarks.items()},
     )
     report["facts_file"] = str(facts_file)
+    out_csv, out_json = layout.path("fingerprint"), layout.path("fingerprint_json")
     write_text(out_csv, table.to_csv(index=False, lineterminator="\n"))
     write_json(out_json, report)
     labels_table = (
@@ -179,7 +182,7 @@ def fingerprint(
         if prompt_labels
         else pd.DataFrame(columns=list(PROMPT_LABEL_COLUMNS))
     )
-    with atomic_path(out_labels) as tmp:
+    with atomic_path(layout.path("fingerprint_labels")) as tmp:
         labels_table.to_parquet(tmp, index=False)
     for item in report["ranking"]:
         log.info("fingerprint: swing %s %.3f", item["benchmark"], item["swing"])
