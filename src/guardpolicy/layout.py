@@ -67,6 +67,7 @@ ARTIFACTS: Mapping[str, Artifact] = {
     "contamination": Artifact("reports/contamination.json", "the audit: pool vs benchmark overlap (metric)"),
     "contamination_markdown": Artifact("reports/contamination.md", "the same, as tables"),
     "splits": Artifact("data/splits", "train / calib / val / test splits of the pool"),
+    "split": Artifact("data/splits/{split}.parquet", "one split's pool ids"),
     "clean_benchmarks": Artifact("data/benchmarks_clean", "every benchmark minus prompts seen in training"),
     "splits_validation": Artifact("reports/validation/splits.json", "the split and decontamination suites"),
     # Models.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import os
 import resource
 import shutil
 import signal
@@ -22,11 +23,13 @@ import transformers.modeling_utils
 import yaml
 from helpers.benchmarks import write_params
 from helpers.encoders import TINY
+from helpers.layout import repo_layout
 from helpers.paths import PYTHON, REPO_ROOT
 from safetensors import SafetensorError
 
 from guardpolicy import io
 from guardpolicy.io import WriteError
+from guardpolicy.layout import ROOT_ENV
 from guardpolicy.runner import EXIT_BAD_INPUT, guarded
 from guardpolicy.stages.train import backbone
 from guardpolicy.training.checkpoint import LIVE_SNAPSHOT, STATE_FILE, save_state
@@ -54,8 +57,7 @@ def _everything_under(folder: Path) -> list[str]:
 def test_a_full_disk_while_saving_a_backbone_exits_2_with_one_line_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(REPO_ROOT)  # data/taxonomy.yaml
-    params_file = _tiny_params(tmp_path)
+    _tiny_params(tmp_path)
     models = tmp_path / "models"
     models.mkdir()
     (models / "large-pretrained").mkdir()  # another output beside it stays untouched
@@ -66,7 +68,7 @@ def test_a_full_disk_while_saving_a_backbone_exits_2_with_one_line_and_leaves_no
 
     monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full_disk)
     with pytest.raises(SystemExit) as exited:
-        guarded(backbone)("small", params_file=str(params_file), models_dir=str(models))
+        guarded(backbone)("small", repo_layout(tmp_path))
     assert exited.value.code == EXIT_BAD_INPUT
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert errors == [f"error: no space left on device writing {models / 'small-pretrained'}"]
@@ -136,13 +138,15 @@ def _file_size_limit(limit: int):
 
 
 def test_a_real_write_error_from_the_os_through_the_stage_script(tmp_path: Path) -> None:
-    params_file = _tiny_params(tmp_path)
+    _tiny_params(tmp_path)
     models = tmp_path / "models"
     # 256 KiB: the config fits, the ~4 MB of weights do not.
-    command = [str(PYTHON), "pipelines/backbone.py", "small"]
+    repo_layout(tmp_path)
+    command = [str(PYTHON), str(REPO_ROOT / "pipelines" / "backbone.py"), "small"]
     done = subprocess.run(
-        [*command, "--params_file", str(params_file), "--models_dir", str(models)],
-        cwd=REPO_ROOT,
+        command,
+        cwd=tmp_path,
+        env={**os.environ, ROOT_ENV: str(tmp_path)},  # as DVC runs it: the layout's root
         capture_output=True,
         text=True,
         timeout=600,

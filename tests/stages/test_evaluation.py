@@ -36,6 +36,7 @@ from guardpolicy.evaluation.scoring import (
     run_guard,
     softmax,
 )
+from guardpolicy.layout import Layout
 from guardpolicy.modeling.guard import save_guard
 from guardpolicy.stages.evaluate import check_features, evaluate, features
 from guardpolicy.taxonomy import COARSE_CLASSES, load_taxonomy
@@ -345,7 +346,7 @@ def workspace(tmp_path, monkeypatch):
 
 
 def test_features_and_evaluate_stages_write_the_contract_files(workspace) -> None:
-    result = features("small-E2")
+    result = features("small-E2", Layout(workspace))
     assert result["items"] == 2 + 2 + 3 + 2
     with np.load(workspace / "data" / "features" / "small-E2.npz") as archive:
         keys = archive["keys"].tolist()
@@ -353,7 +354,7 @@ def test_features_and_evaluate_stages_write_the_contract_files(workspace) -> Non
         assert int(archive["max_length"]) == 32  # the smoke profile's
     assert keys[0] == "harmbench_copyright\thc:1" and keys[-1] == "xstest\tx:3" and "split:val\tp_1" in keys
 
-    metrics = evaluate("small-E2")
+    metrics = evaluate("small-E2", Layout(workspace))
     out = workspace / "reports" / "eval" / "small-E2"
     predictions = pq.read_table(out / "predictions.parquet").to_pandas()
     assert list(zip(predictions["dataset"], predictions["id"], strict=True)) == sorted(
@@ -376,7 +377,7 @@ def test_features_and_evaluate_stages_write_the_contract_files(workspace) -> Non
     assert "copy" in metrics["headline"] and "val_policy_a" in metrics["headline"]
     first_bytes = (out / "predictions.parquet").read_bytes(), (out / "metrics.json").read_bytes()
 
-    head_only = evaluate("small-E1")
+    head_only = evaluate("small-E1", Layout(workspace))
     frame = pq.read_table(workspace / "reports" / "eval" / "small-E1" / "predictions.parquet").to_pandas()
     assert not frame["span_computed"].any() and frame["span_start"].isna().all()
     assert head_only["evaluation"]["scored_from"] == "features"
@@ -389,7 +390,7 @@ def test_features_and_evaluate_stages_write_the_contract_files(workspace) -> Non
     probabilities = frame[[f"p_{c}" for c in COARSE_CLASSES]].to_numpy()
     assert np.array_equal(probabilities, softmax(full.coarse_logits).astype(np.float32))
 
-    evaluate("small-E2")  # a rerun writes the same bytes
+    evaluate("small-E2", Layout(workspace))  # a rerun writes the same bytes
     assert first_bytes == ((out / "predictions.parquet").read_bytes(), (out / "metrics.json").read_bytes())
 
 
@@ -405,11 +406,11 @@ def _prompts_in_order(workspace, keys: list[str]) -> list[str]:
 
 
 def test_stale_features_stop_the_head_only_evaluation(workspace) -> None:
-    features("small-E2")
+    features("small-E2", Layout(workspace))
     split = workspace / "data" / "splits" / "val.parquet"
     write_parquet(split, pd.DataFrame({"id": ["p_1", "p_2", "p_3"], "split": "val"}))
     with pytest.raises(InputError, match=r"small-E2\.npz.*keys do not match"):
-        evaluate("small-E1")
+        evaluate("small-E1", Layout(workspace))
     write_parquet(split, pd.DataFrame({"id": ["p_1", "p_9"], "split": "val"}))
     with pytest.raises(InputError, match=r"val\.parquet, row 2, field 'id': id 'p_9' is not in the pool"):
-        evaluate("small-E2")
+        evaluate("small-E2", Layout(workspace))

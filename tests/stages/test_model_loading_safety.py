@@ -16,7 +16,7 @@ import yaml
 from helpers.baseline_workspace import N_ITEMS, read_outputs, register_classifier, set_baselines
 from helpers.benchmarks import write_params
 from helpers.encoders import tiny_guard
-from helpers.paths import REPO_ROOT
+from helpers.layout import repo_layout
 from helpers.tiny_guards import CLASSIFIER_LABEL_MAP, CLASSIFIER_PROMPTS, build_tiny_classifier
 from safetensors.torch import load_file
 
@@ -153,21 +153,20 @@ def test_a_pickle_only_backbone_is_refused_naming_its_params_entry(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.chdir(REPO_ROOT)  # data/taxonomy.yaml
     folder = pickle_only_copy(classifier_dir, tmp_path / "encoder")
     params_file = _params_with_student(tmp_path, {"name": str(folder)})
     models = tmp_path / "models"
     with monkeypatch.context() as patched:
         patched.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was called"))
         with pytest.raises(SystemExit) as exited:
-            guarded(backbone)("small", params_file=str(params_file), models_dir=str(models))
+            guarded(backbone)("small", repo_layout(tmp_path))
     assert exited.value.code == EXIT_BAD_INPUT
     expected = REFUSAL.format(folder=folder, entry="profiles.smoke.student", file=params_file)
     assert _errors(capsys) == [f"error: {expected}"]
     assert not models.exists()
 
     _params_with_student(tmp_path, {"name": str(folder), "allow_pickle": True})
-    card = backbone("small", params_file=str(params_file), models_dir=str(models))
+    card = backbone("small", repo_layout(tmp_path))
     written = models / "small-pretrained"
     # Loaded once from the pickle with permission; what we write is safetensors, as always.
     assert (written / "model.safetensors").is_file() and not (written / "pytorch_model.bin").exists()

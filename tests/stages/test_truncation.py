@@ -19,6 +19,7 @@ from helpers.frames import write_parquet
 from helpers.tiny_guards import build_tiny_classifier
 
 from guardpolicy.evaluation.scoring import encode, run_guard
+from guardpolicy.layout import Layout
 from guardpolicy.modeling.guard import save_guard
 from guardpolicy.stages.baselines import baseline
 from guardpolicy.stages.evaluate import evaluate
@@ -70,7 +71,7 @@ def test_evaluate_records_truncation_per_row_and_logs_it_per_dataset(
 ) -> None:
     _evaluate_workspace(baseline_workspace)
     with caplog.at_level(logging.INFO, logger="guardpolicy.evaluation.scoring"):
-        metrics = evaluate("small-E2")
+        metrics = evaluate("small-E2", Layout(baseline_workspace))
     frame = pq.read_table(baseline_workspace / "reports" / "eval" / "small-E2" / "predictions.parquet")
     assert frame.schema.field("n_tokens").type == "int64" and frame.schema.field("truncated").type == "bool"
     rows = frame.to_pandas().set_index(["dataset", "id"])

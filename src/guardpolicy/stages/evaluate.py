@@ -40,7 +40,8 @@ from guardpolicy.evaluation.items import (
 )
 from guardpolicy.evaluation.metrics import ROLES, model_metrics
 from guardpolicy.io import atomic_path, read_json, sha256_file, write_json, write_parquet
-from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+from guardpolicy.layout import Layout
+from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
 from guardpolicy.training import branches as plan_registry
 
@@ -52,9 +53,6 @@ CLEAN_DIR = "data/benchmarks_clean"
 SPLITS_DIR = "data/splits"
 POOL_FILE = "data/pool/pool.parquet"
 LABELS_DIR = "data/labels"
-FEATURES_DIR = plan_registry.FEATURES_DIR
-EVAL_DIR = "reports/eval"
-MODELS_DIR = plan_registry.MODELS_DIR
 MISSING_STATUS = "missing"
 CARD_FILE = "model_card.json"
 # A fixed timestamp for the members of the features archive, so the same arrays give the same bytes.
@@ -144,12 +142,6 @@ def _plan(params: Params, plan_file: str | Path, params_file: str) -> dict[str, 
     return plan_registry.check_plan_document(params, plan_file, params_file)
 
 
-def _planned_path(path: str, default_root: str, root: str | Path) -> Path:
-    """A path the plan names under `default_root` (what dvc.yaml depends on), moved under `root` if asked."""
-    relative = Path(path).relative_to(default_root) if Path(path).is_relative_to(default_root) else None
-    return Path(root) / relative if relative is not None else Path(path)
-
-
 def _load_model(model_dir: Path, stage: str) -> tuple[Any, Any]:
     from guardpolicy.modeling.guard import load_guard
 
@@ -227,31 +219,36 @@ def check_features(
 # ------------------------------------------------------------------------------------------------- stages
 
 
-def features(
-    model: str,
-    params_file: str = "params.yaml",
-    plan_file: str = plan_registry.PLAN_FILE,
-    registry_file: str = REGISTRY_FILE,
-    benchmarks_dir: str = BENCHMARKS_DIR,
-    clean_dir: str = CLEAN_DIR,
-    splits_dir: str = SPLITS_DIR,
-    pool_file: str = POOL_FILE,
-    labels_dir: str = LABELS_DIR,
-    models_dir: str = MODELS_DIR,
-    features_dir: str = FEATURES_DIR,
-) -> dict[str, Any]:
-    """Stage features@<model>: the model's first-token states over every item -> data/features/<model>.npz."""
+def _items(params: Params, layout: Layout) -> tuple[pd.DataFrame, dict[str, str]]:
+    return load_items(
+        params,
+        layout.path("benchmark_registry"),
+        layout.path("benchmarks"),
+        layout.path("clean_benchmarks"),
+        layout.path("splits"),
+        layout.path("pool"),
+        layout.path("labels"),
+    )
+
+
+def features(model: str, layout: Layout | None = None) -> dict[str, Any]:
+    """Stage features@<model>: the model's first-token states over every item -> data/features/<model>.npz
+    (paths from `layout`, default: this repository)."""
     from guardpolicy.evaluation.scoring import run_guard
     from guardpolicy.training.device import choose_device, configure_threads
 
-    params = load_params(params_file)
-    feature_models = _plan(params, plan_file, params_file)["feature_models"]
+    layout = layout or Layout.discover()
+    params_file, plan_file = layout.relative("params"), layout.relative("plan")
+    params = load_params(layout.path("params"))
+    feature_models = _plan(params, layout.path("plan"), params_file)["feature_models"]
     if model not in feature_models:
         raise ConfigError(
             f"{plan_file}: feature_models: no model {model!r}; planned: {sorted(feature_models)}"
         )
-    model_dir = _planned_path(feature_models[model]["model_dir"], MODELS_DIR, models_dir)
-    items, _ = load_items(params, registry_file, benchmarks_dir, clean_dir, splits_dir, pool_file, labels_dir)
+    # The plan names folders relative to the root; the features file records that name, not where the root is.
+    planned_dir = feature_models[model]["model_dir"]
+    model_dir = layout.root / planned_dir
+    items, _ = _items(params, layout)
     max_length = eval_max_length(params)
     configure_threads()
     device = choose_device(params.active.precision)
@@ -260,7 +257,7 @@ def features(
         "features %s: backbone of %s over %d items, max_length %d", model, model_dir, len(items), max_length
     )
     rows, where = (
-        _prefix_rows(params, feature_models[model]["scale"], items, models_dir)
+        _prefix_rows(params, feature_models[model]["scale"], items, layout)
         if guard.config.frozen_layers
         else (None, "")
     )
@@ -276,14 +273,14 @@ def features(
         prefix_rows=rows,
         where=where,
     )
-    out = Path(features_dir) / f"{model}.npz"
+    out = layout.path("features", model=model)
     write_features(
         out,
         {
             "features": scores.first_token_state,  # [N, H] float32
             "keys": item_keys(items),
             "max_length": np.asarray(max_length, dtype=np.int64),
-            "tokenizer": np.asarray(str(tokenizer.name_or_path)),
+            "tokenizer": np.asarray(str(planned_dir)),
             "tokenizer_sha256": np.asarray(_tokenizer_sha256(model_dir)),
             "model": np.asarray(model),
         },
@@ -316,11 +313,17 @@ def _card_facts(model_dir: Path) -> dict[str, Any]:
     return {key: value for key, value in facts.items() if value is not None}
 
 
-def _prefix_rows(params: Params, scale: str, items: pd.DataFrame, models_dir: str) -> tuple[list, str]:
+def _prefix_rows(params: Params, scale: str, items: pd.DataFrame, layout: Layout) -> tuple[list, str]:
     """The cached prefix states of every evaluation item at `scale` (split items are pool prompts)."""
+    from guardpolicy.training.branches import PRETRAINED
     from guardpolicy.training.prefix_cache import POOL_SET, cache_key, prefix_stage, scale_prefix
 
-    cache = scale_prefix(params, scale, models_dir)
+    cache = scale_prefix(
+        params,
+        scale,
+        layout.path("prefixes", scale=scale),
+        layout.path("model", model=f"{scale}-{PRETRAINED}"),
+    )
     if cache is None:
         raise ConfigError(
             f"the model was trained with frozen_layers > 0 but scale {scale!r}'s encoder entry freezes no "
@@ -333,22 +336,9 @@ def _prefix_rows(params: Params, scale: str, items: pd.DataFrame, models_dir: st
     return cache.tensors(keys, prefix_stage(scale)), str(cache.folder)
 
 
-def evaluate(
-    model: str,
-    params_file: str = "params.yaml",
-    plan_file: str = plan_registry.PLAN_FILE,
-    registry_file: str = REGISTRY_FILE,
-    benchmarks_dir: str = BENCHMARKS_DIR,
-    clean_dir: str = CLEAN_DIR,
-    splits_dir: str = SPLITS_DIR,
-    pool_file: str = POOL_FILE,
-    labels_dir: str = LABELS_DIR,
-    models_dir: str = MODELS_DIR,
-    features_dir: str = FEATURES_DIR,
-    eval_dir: str = EVAL_DIR,
-    taxonomy_file: str = TAXONOMY_FILE,
-) -> dict[str, Any]:
-    """Stage evaluate@<model>: predictions over every item + the model's metrics -> reports/eval/<model>/."""
+def evaluate(model: str, layout: Layout | None = None) -> dict[str, Any]:
+    """Stage evaluate@<model>: predictions over every item + the model's metrics -> reports/eval/<model>/
+    (paths from `layout`, default: this repository)."""
     from guardpolicy.evaluation.scoring import (
         apply_heads,
         encode,
@@ -360,24 +350,24 @@ def evaluate(
     )
     from guardpolicy.training.device import choose_device, configure_threads
 
-    params = load_params(params_file)
-    evaluations = _plan(params, plan_file, params_file)["evaluations"]
+    layout = layout or Layout.discover()
+    params_file, plan_file = layout.relative("params"), layout.relative("plan")
+    params = load_params(layout.path("params"))
+    evaluations = _plan(params, layout.path("plan"), params_file)["evaluations"]
     if model not in evaluations:
         raise ConfigError(f"{plan_file}: evaluations: no model {model!r}; planned: {sorted(evaluations)}")
     entry = evaluations[model]
-    taxonomy = load_taxonomy(taxonomy_file)
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
     policies = list(params.policies)
-    model_dir = _planned_path(entry["model_dir"], MODELS_DIR, models_dir)
+    model_dir = layout.root / entry["model_dir"]
     head_only = str(entry["features"]).endswith(".npz")
-    items, roles = load_items(
-        params, registry_file, benchmarks_dir, clean_dir, splits_dir, pool_file, labels_dir
-    )
+    items, roles = _items(params, layout)
     max_length = eval_max_length(params)
     stage = f"teacher@{model.removeprefix('teacher-')}" if entry["kind"] == "teacher" else f"train@{model}"
     guard, tokenizer = _load_model(model_dir, stage)
     started = time.perf_counter()
     if head_only:
-        features_file = _planned_path(entry["features"], FEATURES_DIR, features_dir)
+        features_file = layout.root / entry["features"]
         arrays = read_features(features_file)
         states = check_features(
             arrays, features_file, item_keys(items), max_length, guard.config.encoder.hidden_size
@@ -398,9 +388,7 @@ def evaluate(
     else:
         configure_threads()
         rows, where = (
-            _prefix_rows(params, entry["scale"], items, models_dir)
-            if guard.config.frozen_layers
-            else (None, "")
+            _prefix_rows(params, entry["scale"], items, layout) if guard.config.frozen_layers else (None, "")
         )
         scores = run_guard(
             guard,
@@ -440,8 +428,8 @@ def evaluate(
         span_start=spans[0],
         span_end=spans[1],
     )
-    out_dir = Path(eval_dir) / model
-    write_parquet(out_dir / "predictions.parquet", table)
+    out_dir = layout.path("predictions", model=model).parent
+    write_parquet(layout.path("predictions", model=model), table)
     extra = {
         "card": _card_facts(model_dir),
         "evaluation": {
@@ -460,7 +448,7 @@ def evaluate(
         policies=policies,
         extra=extra,
     )
-    write_json(out_dir / "metrics.json", metrics)
+    write_json(layout.path("eval_metrics", model=model), metrics)
     log.info(
         "evaluate %s: %s over %d items in %.1f s (%.1f items/s); headline %s -> %s",
         model,

@@ -31,7 +31,8 @@ from guardpolicy.config import EncoderConfig, Params, load_params
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_dir, read_json, sha256_file, write_json, write_parquet, write_text
 from guardpolicy.labeling import load_policy
-from guardpolicy.taxonomy import TAXONOMY_FILE, Taxonomy, load_taxonomy
+from guardpolicy.layout import Layout
+from guardpolicy.taxonomy import Taxonomy, load_taxonomy
 from guardpolicy.timing import note_work
 from guardpolicy.training import branches as registry
 from guardpolicy.training.cards import CARD_JSON, CARD_MARKDOWN, card_markdown, card_summary, model_card
@@ -39,13 +40,6 @@ from guardpolicy.training.datasets import AnchorRequest, ExampleSources, build_e
 
 log = logging.getLogger(__name__)
 
-POOL_FILE = "data/pool/pool.parquet"
-SPLITS_DIR = "data/splits"
-LABELS_DIR = "data/labels"
-MODELS_DIR = registry.MODELS_DIR
-TEACHER_OUTPUTS_DIR = "data/teacher_outputs"
-LIVE_DIR = "reports/training"
-WORK_DIR = ".cache/train"
 # The splits a teacher's cached outputs cover: every split a branch trains on or draws anchors from.
 TEACHER_OUTPUT_SPLITS = ("train", "calib")
 VERSIONED_LIBRARIES = ("torch", "transformers", "numpy", "pandas", "pyarrow")
@@ -74,13 +68,15 @@ def _scale_encoder(params: Params, scale: str, where: str) -> EncoderConfig:
     return getattr(params.active, params.scales[scale])
 
 
-def _checked_params(params_file: str, taxonomy: Taxonomy) -> Params:
+def _checked_params(layout: Layout, taxonomy: Taxonomy) -> Params:
     """Params with the training sections cross-checked, anchor-set rules included (rules labelers only)."""
-    params = load_params(params_file)
+    params_file = layout.relative("params")
+    params = load_params(layout.path("params"))
     rules = {}
     for name, policy in params.policies.items():
         if policy.labeler == "rules":
-            rules[name] = {rule.name for rule in load_policy(policy.file, taxonomy).rules} | {"default"}
+            policy_file = layout.root / policy.file
+            rules[name] = {rule.name for rule in load_policy(policy_file, taxonomy).rules} | {"default"}
     registry.validate_branches(
         params, params_file, policy_rules=rules, coarse_classes=taxonomy.coarse_classes
     )
@@ -128,18 +124,17 @@ def _write_card(out_dir: Path, card: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------------------- stages
 
 
-def backbone(
-    scale: str,
-    params_file: str = "params.yaml",
-    models_dir: str | Path = MODELS_DIR,
-) -> dict[str, Any]:
-    """Stage backbone@<scale>: the scale's encoder + fresh heads (main seed) -> models/<scale>-pretrained."""
+def backbone(scale: str, layout: Layout | None = None) -> dict[str, Any]:
+    """Stage backbone@<scale>: the scale's encoder + fresh heads (main seed) -> models/<scale>-pretrained
+    (paths from `layout`, default: this repository)."""
     from guardpolicy.modeling.guard import GuardModel, count_parameters, save_guard
 
     started = time.perf_counter()
+    layout = layout or Layout.discover()
+    params_file = str(layout.path("params"))  # named by refusals: the full path says which checkout
     params = load_params(params_file)
     encoder = _scale_encoder(params, scale, params_file)
-    taxonomy = load_taxonomy(TAXONOMY_FILE)
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
     seed = registry.main_seed(params)
     log.info("backbone %s: %s (%s), heads seeded %d", scale, encoder.name, params.scales[scale], seed)
     model, tokenizer = GuardModel.from_backbone(
@@ -150,10 +145,10 @@ def backbone(
         entry=f"profiles.{params.profile}.{params.scales[scale]}",
         entry_file=params_file,
     )
-    out_dir = Path(models_dir) / f"{scale}-{registry.PRETRAINED}"
+    out_dir = layout.path("model", model=f"{scale}-{registry.PRETRAINED}")
     parameters = count_parameters(model)
     # Read before the write block, whose OS errors are reported as failures to write out_dir.
-    data_hashes = {TAXONOMY_FILE: sha256_file(TAXONOMY_FILE)}
+    data_hashes = {layout.relative("taxonomy"): sha256_file(layout.path("taxonomy"))}
     with atomic_dir(out_dir) as tmp:
         save_guard(model, tokenizer, tmp)
         card = model_card(
@@ -199,17 +194,18 @@ class _Run:
     params: dict[str, Any]
 
 
-def _load_sources(
-    run: _Run, pool_file: str, splits_dir: str, labels_dir: str, teacher_outputs_dir: str
-) -> tuple[ExampleSources, dict[str, str]]:
-    """The frames `run` trains on, and the sha256 of every file read."""
+def _load_sources(run: _Run, layout: Layout) -> tuple[ExampleSources, dict[str, str]]:
+    """The frames `run` trains on, and the sha256 of every file read (keyed by its path relative to the
+    root: the model card names its data the same wherever it was trained)."""
     split_names = sorted({run.train_set, *(a.config.split for a in run.anchors)})
     policies = sorted({*run.hard_labels, *(a.config.policy for a in run.anchors)})
-    files = {"pool": Path(pool_file)}
-    files |= {f"split:{s}": Path(splits_dir) / f"{s}.parquet" for s in split_names}
-    files |= {f"labels:{p}": Path(labels_dir) / f"{p}.parquet" for p in policies}
+    names: dict[str, tuple[str, dict[str, str]]] = {"pool": ("pool", {})}
+    names |= {f"split:{s}": ("split", {"split": s}) for s in split_names}
+    names |= {f"labels:{p}": ("policy_labels", {"policy": p}) for p in policies}
     if run.teacher is not None:
-        files["teacher"] = Path(teacher_outputs_dir) / f"{run.teacher}.parquet"
+        names["teacher"] = ("teacher_logits", {"policy": run.teacher})
+    files = {key: layout.path(name, **values) for key, (name, values) in names.items()}
+    relative = {key: layout.relative(name, **values) for key, (name, values) in names.items()}
     hints = {
         "pool": "run `dvc repro pool` first",
         "split": "run `dvc repro audit` first",
@@ -222,40 +218,41 @@ def _load_sources(
         splits={s: frames[f"split:{s}"] for s in split_names},
         labels={p: frames[f"labels:{p}"] for p in policies},
         teacher_logits=frames.get("teacher"),
-        files={key: str(path) for key, path in files.items()},
+        files=relative,
     )
-    hashes = {str(path): sha256_file(path) for path in files.values()}
-    hashes[TAXONOMY_FILE] = sha256_file(TAXONOMY_FILE)
+    hashes = {relative[key]: sha256_file(path) for key, path in files.items()}
+    hashes[layout.relative("taxonomy")] = sha256_file(layout.path("taxonomy"))
     return sources, hashes
 
 
+def _scale_prefix(params: Params, scale: str, layout: Layout) -> Any:
+    from guardpolicy.training.prefix_cache import scale_prefix
+
+    return scale_prefix(
+        params,
+        scale,
+        layout.path("prefixes", scale=scale),
+        layout.path("model", model=f"{scale}-{registry.PRETRAINED}"),
+    )
+
+
 def _train_run(
-    run: _Run,
-    params: Params,
-    taxonomy: Taxonomy,
-    *,
-    pool_file: str,
-    splits_dir: str,
-    labels_dir: str,
-    teacher_outputs_dir: str,
-    models_dir: str | Path,
-    work_dir: str | Path,
-    live_dir: str | Path,
-    prefix_root: str | Path | None = None,
+    run: _Run, params: Params, taxonomy: Taxonomy, layout: Layout
 ) -> tuple[dict[str, Any], pd.DataFrame, float]:
     """Assemble the examples, train, write the checkpoint and its card; return (card, examples, seconds)."""
     from guardpolicy.training.loop import TrainRecipe, train
-    from guardpolicy.training.prefix_cache import prefix_stage, scale_prefix
+    from guardpolicy.training.prefix_cache import prefix_stage
 
-    if not (run.init_dir / "config.json").is_file():
+    init_dir = layout.root / run.init_dir
+    if not (init_dir / "config.json").is_file():
         hint = (
             f"run `dvc repro backbone@{run.scale}` first"
             if run.init_dir.name.endswith(f"-{registry.PRETRAINED}")
             else f"run `dvc repro train@{run.init_dir.name}` first"
         )
-        raise InputError(run.init_dir, f"initial checkpoint not found; {hint}")
-    sources, data_hashes = _load_sources(run, pool_file, splits_dir, labels_dir, teacher_outputs_dir)
-    prefix = scale_prefix(params, run.scale, models_dir, prefix_root)
+        raise InputError(init_dir, f"initial checkpoint not found; {hint}")
+    sources, data_hashes = _load_sources(run, layout)
+    prefix = _scale_prefix(params, run.scale, layout)
     examples, provenance = build_examples(
         sources,
         train_set=run.train_set,
@@ -264,8 +261,8 @@ def _train_run(
         taxonomy=taxonomy,
         anchors=run.anchors,
     )
-    out_dir = Path(models_dir) / run.name
-    run_work_dir = Path(work_dir) / run.name
+    out_dir = layout.path("model", model=run.name)
+    run_work_dir = layout.path("train_work", model=run.name)
     log.info(
         "%s %s: %d examples, init %s, trainable %s, teacher %s, %d epoch(s)",
         run.kind,
@@ -280,10 +277,10 @@ def _train_run(
     result = train(
         examples,
         TrainRecipe(**run.recipe),
-        init=run.init_dir,
+        init=init_dir,
         out_dir=out_dir,
         work_dir=run_work_dir,
-        live_dir=Path(live_dir) / run.name,
+        live_dir=layout.path("training_logs", model=run.name),
         description=run.name,  # the loop's log and progress-bar label; the card has the long description
         prefix=prefix,
         prefix_stage=prefix_stage(run.scale),
@@ -292,15 +289,15 @@ def _train_run(
     training, environment, timing, parameters = _result_blocks(result)
     teacher_block = None
     if run.teacher is not None:
-        outputs = Path(teacher_outputs_dir) / f"{run.teacher}.parquet"
+        outputs = layout.relative("teacher_logits", policy=run.teacher)
         teacher_block = {
             "policy": run.teacher,
             "model": registry.teacher_name(run.teacher),
             "alpha": run.recipe["distill_alpha"],
             "temperature": run.recipe["distill_temperature"],
-            "outputs_file": str(outputs),
-            "outputs_sha256": data_hashes[str(outputs)],
-            "card": _card_of(Path(models_dir) / registry.teacher_name(run.teacher)),
+            "outputs_file": outputs,
+            "outputs_sha256": data_hashes[outputs],
+            "card": _card_of(layout.path("model", model=registry.teacher_name(run.teacher))),
         }
     encoder = _scale_encoder(params, run.scale, "params.yaml")
     init_from = run.params.get("branch", {}).get("init_from", registry.PRETRAINED)
@@ -314,7 +311,7 @@ def _train_run(
         parameters=parameters,
         examples=provenance,
         teacher=teacher_block,
-        init={"from": init_from, "dir": str(run.init_dir), "card": _card_of(run.init_dir)},
+        init={"from": init_from, "dir": run.init_dir.as_posix(), "card": _card_of(init_dir)},
         data=data_hashes,
         seed=run.recipe["seed"],
         params=run.params,
@@ -328,24 +325,16 @@ def _train_run(
     return card, examples, seconds
 
 
-def teacher(
-    policy: str,
-    params_file: str = "params.yaml",
-    pool_file: str = POOL_FILE,
-    splits_dir: str = SPLITS_DIR,
-    labels_dir: str = LABELS_DIR,
-    models_dir: str | Path = MODELS_DIR,
-    outputs_dir: str = TEACHER_OUTPUTS_DIR,
-    work_dir: str | Path = WORK_DIR,
-    live_dir: str | Path = LIVE_DIR,
-    prefix_root: str | Path | None = None,
-) -> dict[str, Any]:
-    """Stage teacher@<policy>: train the teacher, write its card, cache its logits over train + calib."""
+def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
+    """Stage teacher@<policy>: train the teacher, write its card, cache its logits over train + calib (paths
+    from `layout`, default: this repository)."""
     from guardpolicy.training.predict import predict
-    from guardpolicy.training.prefix_cache import POOL_SET, cache_key, prefix_stage, scale_prefix
+    from guardpolicy.training.prefix_cache import POOL_SET, cache_key, prefix_stage
 
-    taxonomy = load_taxonomy(TAXONOMY_FILE)
-    params = _checked_params(params_file, taxonomy)
+    layout = layout or Layout.discover()
+    params_file = layout.relative("params")
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    params = _checked_params(layout, taxonomy)
     if policy not in params.teachers:
         raise ConfigError(f"{params_file}: teachers: no teacher {policy!r}; known: {sorted(params.teachers)}")
     config = params.teachers[policy]
@@ -372,28 +361,17 @@ def teacher(
             learning_rate=config.learning_rate,
             distill_alpha=None,
         ),
-        init_dir=Path(models_dir) / f"{config.scale}-{registry.PRETRAINED}",
+        # Relative to the root, as the plan and the card name it.
+        init_dir=Path(layout.relative("model", model=f"{config.scale}-{registry.PRETRAINED}")),
         params={"teacher": dataclasses.asdict(config), "training": dataclasses.asdict(params.training)},
     )
-    card, examples, train_seconds = _train_run(
-        run,
-        params,
-        taxonomy,
-        pool_file=pool_file,
-        splits_dir=splits_dir,
-        labels_dir=labels_dir,
-        teacher_outputs_dir=outputs_dir,
-        models_dir=models_dir,
-        work_dir=work_dir,
-        live_dir=live_dir,
-        prefix_root=prefix_root,
-    )
+    card, examples, train_seconds = _train_run(run, params, taxonomy, layout)
 
-    pool = _read_parquet(Path(pool_file), "run `dvc repro pool` first").set_index("id")["prompt"]
-    prefix = scale_prefix(params, config.scale, models_dir, prefix_root)
+    pool = _read_parquet(layout.path("pool"), "run `dvc repro pool` first").set_index("id")["prompt"]
+    prefix = _scale_prefix(params, config.scale, layout)
     ids = pd.concat(
         [
-            _read_parquet(Path(splits_dir) / f"{s}.parquet", "run `dvc repro audit` first")["id"]
+            _read_parquet(layout.path("split", split=s), "run `dvc repro audit` first")["id"]
             for s in TEACHER_OUTPUT_SPLITS
         ]
     )
@@ -402,7 +380,7 @@ def teacher(
     predicted_at = time.perf_counter()
     if prefix is None:
         logits = predict(
-            Path(models_dir) / run.name,
+            layout.path("model", model=run.name),
             pool.loc[ids].tolist(),
             batch_size=params.training.predict_batch_size,
             max_length=run.recipe["max_length"],
@@ -412,7 +390,7 @@ def teacher(
         from guardpolicy.evaluation.scoring import run_guard_on_prefix
         from guardpolicy.modeling.guard import load_guard
 
-        guard, tokenizer = load_guard(Path(models_dir) / run.name)
+        guard, tokenizer = load_guard(layout.path("model", model=run.name))
         logits = run_guard_on_prefix(
             guard,
             tokenizer,
@@ -430,7 +408,7 @@ def teacher(
             "logits": pa.array(logits.tolist(), pa.list_(pa.float32())),
         }
     )
-    out_file = Path(outputs_dir) / f"{policy}.parquet"
+    out_file = layout.path("teacher_logits", policy=policy)
     write_parquet(out_file, table)
     predict_seconds = time.perf_counter() - predicted_at
     samples = len(examples) * run.recipe["epochs"] + len(ids)
@@ -446,23 +424,15 @@ def teacher(
     return card
 
 
-def train(
-    model_name: str,
-    params_file: str = "params.yaml",
-    plan_file: str = registry.PLAN_FILE,
-    pool_file: str = POOL_FILE,
-    splits_dir: str = SPLITS_DIR,
-    labels_dir: str = LABELS_DIR,
-    teacher_outputs_dir: str = TEACHER_OUTPUTS_DIR,
-    models_dir: str | Path = MODELS_DIR,
-    work_dir: str | Path = WORK_DIR,
-    live_dir: str | Path = LIVE_DIR,
-) -> dict[str, Any]:
-    """Stage train@<model>: train one planned model (a scale x branch x seed) -> models/<model> + card."""
+def train(model_name: str, layout: Layout | None = None) -> dict[str, Any]:
+    """Stage train@<model>: train one planned model (a scale x branch x seed) -> models/<model> + card (paths
+    from `layout`, default: this repository)."""
     started = time.perf_counter()
-    taxonomy = load_taxonomy(TAXONOMY_FILE)
-    params = _checked_params(params_file, taxonomy)
-    plan = registry.check_plan(params, plan_file, params_file)
+    layout = layout or Layout.discover()
+    params_file, plan_file = layout.relative("params"), layout.relative("plan")
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    params = _checked_params(layout, taxonomy)
+    plan = registry.check_plan(params, layout.path("plan"), params_file)
     if model_name not in plan:
         raise ConfigError(f"{plan_file}: no model {model_name!r}; planned: {sorted(plan)}")
     entry = plan[model_name]
@@ -492,28 +462,17 @@ def train(
             learning_rate=branch.learning_rate,
             distill_alpha=registry.branch_alpha(params, branch_name),
         ),
-        # The plan names folders under models/ (what dvc.yaml depends on); follow `models_dir` if moved.
-        init_dir=Path(models_dir) / Path(entry["init_dir"]).relative_to(MODELS_DIR),
+        # The plan names folders relative to the root (what dvc.yaml depends on).
+        init_dir=Path(entry["init_dir"]),
         params={
             "branch": dataclasses.asdict(branch),
             "anchor_sets": used_sets,
             "training": dataclasses.asdict(params.training),
         },
     )
-    card, examples, _ = _train_run(
-        run,
-        params,
-        taxonomy,
-        pool_file=pool_file,
-        splits_dir=splits_dir,
-        labels_dir=labels_dir,
-        teacher_outputs_dir=teacher_outputs_dir,
-        models_dir=models_dir,
-        work_dir=work_dir,
-        live_dir=live_dir,
-    )
+    card, examples, _ = _train_run(run, params, taxonomy, layout)
     seconds = time.perf_counter() - started
     # The rate is over the optimisation loop only (loading, imports and the card are in the record's seconds).
     note_work(card["run"]["train_seconds"], len(examples) * run.recipe["epochs"])
-    log.info("train %s: done in %.1f s -> %s", model_name, seconds, Path(models_dir) / model_name)
+    log.info("train %s: done in %.1f s -> %s", model_name, seconds, layout.path("model", model=model_name))
     return card

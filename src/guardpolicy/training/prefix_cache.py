@@ -73,17 +73,15 @@ def scale_settings(params: Any, scale: str) -> dict[str, Any]:
     }
 
 
-def scale_prefix(
-    params: Any, scale: str, models_dir: str | Path, root: str | Path | None = None
-) -> PrefixCache | None:
-    """The prefix cache a run at `scale` trains or is evaluated on (None when the scale freezes nothing),
-    checked against params and against the scale's backbone folder, whose weights every model's prefix is."""
+def scale_prefix(params: Any, scale: str, folder: str | Path, backbone: str | Path) -> PrefixCache | None:
+    """The prefix cache in `folder` that a run at `scale` trains or is evaluated on (None when the scale
+    freezes nothing), checked against params and against the scale's `backbone` folder (models/<scale>-
+    pretrained), whose weights every model's prefix is."""
     settings = scale_settings(params, scale)
     if not settings["frozen_layers"]:
         return None
     stage = prefix_stage(scale)
-    cache = read_prefix_cache(prefix_dir(scale, PREFIX_DIR if root is None else root), stage)
-    backbone = Path(models_dir) / f"{scale}-pretrained"
+    cache = read_prefix_cache(Path(folder), stage)
     cache.check({**settings, "backbone": backbone_fingerprint(backbone)}, stage)
     return cache
 
