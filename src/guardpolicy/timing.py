@@ -22,8 +22,6 @@ from guardpolicy.io import read_json, write_json
 log = logging.getLogger(__name__)
 
 STAGE_ENV = "DVC_STAGE"
-TIMINGS_DIR = "reports/timings"
-TIMINGS_FILE = "reports/timings.json"
 
 # What the running stage reported about its main work (set by `note_work`, read once by the runner).
 _work: dict[str, float | int] = {}
@@ -49,7 +47,7 @@ def process_seconds() -> float:
 _IMPORTED_AT = time.perf_counter()
 
 
-def record_file(stage: str, timings_dir: str | Path = TIMINGS_DIR) -> Path:
+def record_file(stage: str, timings_dir: str | Path) -> Path:
     """reports/timings/<stage>.json; a stage of another dvc.yaml (``path/dvc.yaml:name``) keeps its name."""
     name = stage.rsplit(":", 1)[-1]
     return Path(timings_dir) / f"{re.sub(r'[^A-Za-z0-9@_.+-]', '_', name)}.json"
@@ -69,11 +67,16 @@ def stage_record(stage: str, seconds: float, work: dict[str, float | int] | None
     }
 
 
-def write_stage_record(timings_dir: str | Path = TIMINGS_DIR) -> Path | None:
-    """Called by the runner after a successful stage: write its record when DVC is running it."""
+def write_stage_record(timings_dir: str | Path | None = None) -> Path | None:
+    """Called by the runner after a successful stage: write its record when DVC is running it (default:
+    under the layout's reports/timings/ of the repository DVC runs it in)."""
     stage = os.environ.get(STAGE_ENV)
     if not stage:
         return None
+    if timings_dir is None:
+        from guardpolicy.layout import Layout
+
+        timings_dir = Layout.discover().path("stage_timings")
     record = stage_record(stage, process_seconds(), dict(_work))
     path = record_file(stage, timings_dir)
     write_json(path, record)
@@ -95,7 +98,7 @@ def summarise_timings(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def collect_timings(timings_dir: str | Path = TIMINGS_DIR) -> dict[str, Any]:
+def collect_timings(timings_dir: str | Path) -> dict[str, Any]:
     """Read every reports/timings/<stage>.json and summarise them."""
     records = {}
     for path in sorted(Path(timings_dir).glob("*.json")):
@@ -107,9 +110,7 @@ def collect_timings(timings_dir: str | Path = TIMINGS_DIR) -> dict[str, Any]:
 
 
 def timings(
-    timings_dir: str | Path = TIMINGS_DIR,
-    out: str | Path = TIMINGS_FILE,
-    machine: dict[str, Any] | None = None,
+    timings_dir: str | Path, out: str | Path, machine: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Stage `timings`: collect the per-stage records into reports/timings.json, with `machine` (the speed
     probe's figures: what this machine trains per second) beside them when given."""

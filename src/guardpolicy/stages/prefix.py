@@ -11,23 +11,21 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from guardpolicy.config import load_params
 from guardpolicy.errors import InputError
-from guardpolicy.stages.evaluate import BENCHMARKS_DIR, POOL_FILE, REGISTRY_FILE, present_benchmarks
+from guardpolicy.layout import Layout
+from guardpolicy.stages.evaluate import present_benchmarks
 from guardpolicy.timing import note_work
 from guardpolicy.training import branches as registry
 from guardpolicy.training.prefix_cache import (
     POOL_SET,
-    PREFIX_DIR,
     backbone_fingerprint,
     cache_key,
     compute_prefix,
-    prefix_dir,
     scale_settings,
     write_prefix_cache,
 )
@@ -37,15 +35,16 @@ log = logging.getLogger(__name__)
 PREFIX_BATCH_SIZE = 64
 
 
-def _prompts(registry_file: str, benchmarks_dir: str, pool_file: str) -> tuple[list[str], list[str]]:
+def _prompts(layout: Layout) -> tuple[list[str], list[str]]:
     """(keys, prompts) of the pool and of every fetched benchmark."""
-    if not Path(pool_file).is_file():
+    pool_file = layout.path("pool")
+    if not pool_file.is_file():
         raise InputError(pool_file, "file not found; run `dvc repro pool` first")
     pool = pd.read_parquet(pool_file, columns=["id", "prompt"])
     keys = [cache_key(POOL_SET, str(i)) for i in pool["id"]]
     prompts = pool["prompt"].tolist()
-    for name in present_benchmarks(registry_file, benchmarks_dir):
-        file = Path(benchmarks_dir) / f"{name}.parquet"
+    for name in present_benchmarks(layout.path("benchmark_registry"), layout.path("benchmarks")):
+        file = layout.path("benchmark", benchmark=name)
         if not file.is_file():
             raise InputError(file, f"file not found; run `dvc repro fetch@{name}` first")
         frame = pd.read_parquet(file, columns=["id", "prompt"])
@@ -54,26 +53,21 @@ def _prompts(registry_file: str, benchmarks_dir: str, pool_file: str) -> tuple[l
     return keys, prompts
 
 
-def prefix(
-    scale: str,
-    params_file: str = "params.yaml",
-    models_dir: str = registry.MODELS_DIR,
-    registry_file: str = REGISTRY_FILE,
-    benchmarks_dir: str = BENCHMARKS_DIR,
-    pool_file: str = POOL_FILE,
-    out_root: str = PREFIX_DIR,
-) -> dict[str, Any]:
-    """Stage prefix@<scale> -> data/prefix/<scale>/ (see the module docstring); returns the metadata."""
+def prefix(scale: str, layout: Layout | None = None) -> dict[str, Any]:
+    """Stage prefix@<scale> -> data/prefix/<scale>/ (see the module docstring; paths from `layout`, default:
+    this repository); returns the metadata."""
     from guardpolicy.modeling.guard import load_guard
     from guardpolicy.training.device import configure_threads
 
     started = time.perf_counter()
+    layout = layout or Layout.discover()
+    params_file = layout.path("params")
     params = load_params(params_file)
     if scale not in params.scales:
         raise InputError(
             params_file, f"unknown scale {scale!r}; known: {sorted(params.scales)}", field="scales"
         )
-    model_dir = Path(models_dir) / f"{scale}-{registry.PRETRAINED}"
+    model_dir = layout.path("model", model=f"{scale}-{registry.PRETRAINED}")
     if not (model_dir / "config.json").is_file():
         raise InputError(model_dir, f"backbone folder not found; run `dvc repro backbone@{scale}` first")
     guard, tokenizer = load_guard(model_dir)
@@ -82,14 +76,14 @@ def prefix(
         "hidden_size": guard.config.encoder.hidden_size,
         "backbone": backbone_fingerprint(model_dir),
     }
-    out = prefix_dir(scale, out_root)
+    out = layout.path("prefixes", scale=scale)
     frozen = meta["frozen_layers"]
     if not frozen:
         write_prefix_cache(out, [], [], [], {**meta, "prompts": 0, "tokens": 0})
         log.info("prefix %s: frozen_layers 0 (every layer trains): no states cached -> %s", scale, out)
         return meta
     configure_threads()
-    keys, prompts = _prompts(registry_file, benchmarks_dir, pool_file)
+    keys, prompts = _prompts(layout)
     log.info(
         "prefix %s: embeddings + %d layer(s) of %s over %d prompts (pool + fetched benchmarks), max_length "
         "%d, truncation %s",

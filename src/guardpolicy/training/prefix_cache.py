@@ -33,7 +33,6 @@ from guardpolicy.io import atomic_dir
 from guardpolicy.modeling.prefix import prefix_states
 from guardpolicy.training.collate import sorted_batches, tokenize_truncated
 
-PREFIX_DIR = "data/prefix"
 STATES_FILE = "states.npy"
 INDEX_FILE = "index.parquet"
 META_FILE = "meta.json"
@@ -52,10 +51,6 @@ META_FIELDS = (
 
 def cache_key(set_name: str, item_id: str) -> str:
     return f"{set_name}\t{item_id}"
-
-
-def prefix_dir(scale: str, root: str | Path = PREFIX_DIR) -> Path:
-    return Path(root) / scale
 
 
 def prefix_stage(scale: str) -> str:
