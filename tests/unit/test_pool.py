@@ -4,6 +4,7 @@ generated cells, the user's own pool, registry validation, missing files, and th
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from helpers.benchmarks import requires_mirror, write_params
+from helpers.layout import repo_layout
 from helpers.paths import FIXTURES, MIRROR, REPO_ROOT
 
 from guardpolicy.errors import ConfigError, InputError
@@ -244,13 +246,14 @@ def _params(tmp_path: Path, registry: dict[str, Any], pool_size: int, mirror: Pa
 
 
 def _build(tmp_path: Path, params_file: Path, tag: str) -> tuple[Path, Path, dict]:
+    """Stage pool in the repository-shaped `tmp_path` (params_file is its params.yaml); the outputs are
+    copied to <tag>.parquet / <tag>.json so that runs can be compared."""
+    assert params_file == tmp_path / "params.yaml"
+    layout = repo_layout(tmp_path)
+    payload = build(layout)
     out, report = tmp_path / f"{tag}.parquet", tmp_path / f"{tag}.json"
-    payload = build(
-        params_file=str(params_file),
-        out=out,
-        report=report,
-        taxonomy_file=str(REPO_ROOT / "data" / "taxonomy.yaml"),
-    )
+    shutil.copy(layout.path("pool"), out)
+    shutil.copy(layout.path("pool_report"), report)
     return out, report, payload
 
 

@@ -19,6 +19,7 @@ from guardpolicy.config import load_params
 from guardpolicy.data.acquire import how_to_provide
 from guardpolicy.errors import InputError
 from guardpolicy.io import write_json, write_parquet
+from guardpolicy.layout import Layout
 from guardpolicy.pool.build import (
     SourceOutcome,
     merge_duplicates,
@@ -31,12 +32,10 @@ from guardpolicy.pool.generate import compose, generate_from_templates
 from guardpolicy.pool.loaders import IMPORT_PREFIX, LoadCounts, acquire_files, load_source
 from guardpolicy.pool.registry import PoolSource, load_pool_registry
 from guardpolicy.pool.rows import Candidate
-from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+from guardpolicy.taxonomy import load_taxonomy
 
 log = logging.getLogger(__name__)
 
-POOL_FILE = Path("data/pool/pool.parquet")
-REPORT_FILE = Path("reports/pool.json")
 
 
 def _skipped(counts: LoadCounts) -> dict[str, int]:
@@ -98,20 +97,18 @@ def _require_sources(
     )
 
 
-def build(
-    params_file: str = "params.yaml",
-    out: str | Path = POOL_FILE,
-    report: str | Path = REPORT_FILE,
-    taxonomy_file: str = TAXONOMY_FILE,
-) -> dict:
-    """Load, generate, merge, sample and write the pool; return the report."""
-    params = load_params(params_file)
+def build(layout: Layout | None = None) -> dict:
+    """Load, generate, merge, sample and write the pool; return the report (paths from `layout`, default:
+    this repository; the files params names are relative to its root)."""
+    layout = layout or Layout.discover()
+    params = load_params(layout.path("params"))
     pool_params = params.pool
     pool_size = params.active.pool_size
-    taxonomy = load_taxonomy(taxonomy_file)
-    registry = load_pool_registry(pool_params.sources_file, taxonomy)
-    mirror = Path(params.data.mirror_dir)
-    root = Path.cwd()
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    root = layout.root
+    registry = load_pool_registry(root / pool_params.sources_file, taxonomy)
+    mirror = root / params.data.mirror_dir
+    out, report = layout.path("pool"), layout.path("pool_report")
     log.info(
         "pool: %d sources from %s, profile %s (pool_size %d), mirror %s (%s), downloads %s",
         len(registry),
