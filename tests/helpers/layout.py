@@ -22,3 +22,12 @@ def repo_layout(root: Path, copy: tuple[str, ...] = SHARED_INPUTS) -> Layout:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(Layout(REPO_ROOT).path(name), target)
     return layout
+
+
+def stage_env(root: Path) -> dict[str, str]:
+    """The environment a stage script runs under for the repository at `root`, as DVC sets it (DVC_ROOT)."""
+    import os
+
+    from guardpolicy.layout import ROOT_ENV
+
+    return {**os.environ, ROOT_ENV: str(root)}

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from helpers.benchmarks import write_params
 from helpers.fake_openai import FakeOpenAIServer
+from helpers.layout import repo_layout
 from helpers.paths import MIRROR, REPO_ROOT
 
 from guardpolicy.config import CommitteeConfig, PolicyParams
@@ -256,24 +257,18 @@ def test_label_stage_with_the_committee_from_params(server: FakeOpenAIServer, tm
         },
     }
     params_file.write_text(yaml.safe_dump(params))
-    pool_file = tmp_path / "pool.parquet"
-    pq.write_table(pa.Table.from_pandas(committee_pool(), preserve_index=False), pool_file)
-    kwargs = {
-        "params_file": str(params_file),
-        "pool_file": str(pool_file),
-        "out_dir": tmp_path / "labels",
-        "report_dir": tmp_path / "reports",
-        "taxonomy_file": str(REPO_ROOT / "data" / "taxonomy.yaml"),
-    }
-    label("policy_b", **kwargs)
-    frame = pd.read_parquet(tmp_path / "labels" / "policy_b.parquet").set_index("id")
+    layout = repo_layout(tmp_path)
+    layout.path("pool").parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pandas(committee_pool(), preserve_index=False), layout.path("pool"))
+    label("policy_b", layout)
+    frame = pd.read_parquet(layout.path("policy_labels", policy="policy_b")).set_index("id")
     assert {p: frame.loc[pool_id(p), "coarse"] for p in EXPECTED} == EXPECTED
     assert frame["labeler"].eq("committee").all()
-    metric = (tmp_path / "reports" / "policy_b.json").read_bytes()
+    metric = layout.path("label_report", policy="policy_b").read_bytes()
     report = json.loads(metric)
     assert report["committee"]["judges"]["garbage-judge"]["garbage"] > 0
     assert "http_requests" not in report["committee"] and "cache_hits" not in report["committee"]
     sent = len(server.requests)
-    label("policy_b", **kwargs)  # answered from the cache: no request, identical metric file
+    label("policy_b", layout)  # answered from the cache: no request, identical metric file
     assert len(server.requests) == sent
-    assert (tmp_path / "reports" / "policy_b.json").read_bytes() == metric
+    assert layout.path("label_report", policy="policy_b").read_bytes() == metric

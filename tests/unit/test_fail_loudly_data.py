@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from helpers.benchmarks import write_params
+from helpers.layout import repo_layout, stage_env
 from helpers.paths import PYTHON, REPO_ROOT
 from helpers.synthetic_predictions import (
     LABEL_KINDS,
@@ -297,35 +298,26 @@ POLICY_MESSAGE = (
 
 def test_label_stage_refuses_a_shadowed_policy_and_writes_nothing(tmp_path: Path) -> None:
     policy_file = _shadowed_policy_file(tmp_path)
-    params = _params_with(tmp_path, lambda p: p["policies"]["policy_a"].update(file=str(policy_file)))
-    out, reports = tmp_path / "labels", tmp_path / "reports"
+    _params_with(tmp_path, lambda p: p["policies"]["policy_a"].update(file=str(policy_file)))
+    layout = repo_layout(tmp_path)
+    out, reports = layout.path("labels"), layout.path("label_report", policy="policy_a").parent
     with pytest.raises(ConfigError) as info:
-        label(
-            "policy_a",
-            params_file=str(params),
-            pool_file=str(tmp_path / "pool.parquet"),
-            out_dir=out,
-            report_dir=reports,
-        )
+        label("policy_a", layout)
     text = str(info.value)
     assert text.startswith(f"{policy_file}.rules[4]")
     for part in POLICY_MESSAGE:
         assert part in text, (part, text)
     assert not out.exists() and not reports.exists()
-    command = [
-        str(PYTHON),
-        "pipelines/label.py",
-        "policy_a",
-        "--params_file",
-        str(params),
-        "--pool_file",
-        str(tmp_path / "pool.parquet"),
-        "--out_dir",
-        str(out),
-        "--report_dir",
-        str(reports),
-    ]
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    command = [str(PYTHON), str(REPO_ROOT / "pipelines" / "label.py"), "policy_a"]
+    result = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=stage_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
@@ -343,11 +335,13 @@ def test_pool_stage_refuses_a_shadowed_fact_rule_and_writes_nothing(tmp_path: Pa
     sources = tmp_path / "pool.yaml"
     sources.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     params = _params_with(tmp_path, lambda p: p.setdefault("pool", {}).update(sources_file=str(sources)))
-    out, report = tmp_path / "pool" / "pool.parquet", tmp_path / "pool.json"
+    layout = repo_layout(tmp_path)
+    assert params == layout.path("params")
+    out, report = layout.path("pool"), layout.path("pool_report")
     with pytest.raises(
         ConfigError, match=r"sources\.toxicchat\.fact_rules\[1\].*can never match.*fact_rules\[0\]"
     ):
-        build_pool(params_file=str(params), out=out, report=report)
+        build_pool(layout)
     assert not out.exists() and not report.exists()
 
 

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from helpers.benchmarks import write_params
+from helpers.layout import repo_layout, stage_env
 from helpers.paths import REPO_ROOT
 
 from guardpolicy.config import ImportLabelerConfig, PolicyParams
@@ -418,32 +419,28 @@ def stage_setup(tmp_path: Path) -> tuple[Path, Path, pd.DataFrame]:
             },
         ]
     )
-    pool_path = tmp_path / "pool.parquet"
+    pool_path = repo_layout(tmp_path).path("pool")
+    pool_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pandas(pool, preserve_index=False), pool_path)
     return params_path, pool_path, pool
 
 
-def run_stage(tmp_path: Path, policy: str, out: str = "labels") -> dict:
-    return label(
-        policy,
-        params_file=str(tmp_path / "params.yaml"),
-        pool_file=str(tmp_path / "pool.parquet"),
-        out_dir=tmp_path / out,
-        report_dir=tmp_path / "reports",
-        taxonomy_file=str(TAXONOMY_FILE),
-    )
+def run_stage(tmp_path: Path, policy: str) -> dict:
+    return label(policy, repo_layout(tmp_path))
 
 
 def test_stage_writes_labels_and_report(tmp_path: Path) -> None:
     _, _, pool = stage_setup(tmp_path)
     for policy in ("policy_a", "policy_b"):
         report = run_stage(tmp_path, policy)
-        path = tmp_path / "labels" / f"{policy}.parquet"
+        path = tmp_path / "data" / "labels" / f"{policy}.parquet"
         assert pq.read_schema(path).remove_metadata().equals(label_schema(TAXONOMY))
         labels = pd.read_parquet(path)
         assert labels["id"].tolist() == pool["id"].tolist()
         assert str(labels["span_start"].dtype) == "Int64"
-        saved = yaml.safe_load((tmp_path / "reports" / f"{policy}.json").read_text(encoding="utf-8"))
+        saved = yaml.safe_load(
+            (tmp_path / "reports" / "labels" / f"{policy}.json").read_text(encoding="utf-8")
+        )
         assert saved == report
         assert report["labeler"] == "rules" and report["rows"] == 3
         assert report["policy_version"] == labels["policy_version"].iloc[0]
@@ -457,9 +454,9 @@ def test_stage_writes_labels_and_report(tmp_path: Path) -> None:
         p for p, n in report["pillar_counts"].items() if n == 0
     }
 
-    run_stage(tmp_path, "policy_b", out="again")
-    first = (tmp_path / "labels" / "policy_b.parquet").read_bytes()
-    assert (tmp_path / "again" / "policy_b.parquet").read_bytes() == first
+    first = (tmp_path / "data" / "labels" / "policy_b.parquet").read_bytes()
+    run_stage(tmp_path, "policy_b")
+    assert (tmp_path / "data" / "labels" / "policy_b.parquet").read_bytes() == first
 
 
 def test_stage_unknown_policy_lists_known_ones(tmp_path: Path) -> None:
@@ -477,10 +474,9 @@ def test_pipeline_entry_exits_2_on_an_unknown_policy(tmp_path: Path) -> None:
             sys.executable,
             str(REPO_ROOT / "pipelines" / "label.py"),
             "policy_c",
-            f"--params_file={tmp_path / 'params.yaml'}",
-            f"--pool_file={tmp_path / 'pool.parquet'}",
         ],
-        cwd=REPO_ROOT,
+        cwd=tmp_path,
+        env=stage_env(tmp_path),
         capture_output=True,
         text=True,
         check=False,

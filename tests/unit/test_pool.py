@@ -763,7 +763,7 @@ def test_user_pool_labelled_by_the_import_labeler(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     params_file = _params(tmp_path, {"mine": _user_source(path, labels={"moderator": "verdict"})}, 3)
-    pool_file, _, _ = _build(tmp_path, params_file, "pool")
+    _build(tmp_path, params_file, "pool")
     params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
     params["policies"]["policy_a"] = {
         "file": str(REPO_ROOT / "data" / "policies" / "policy_a.yaml"),
@@ -774,16 +774,10 @@ def test_user_pool_labelled_by_the_import_labeler(tmp_path: Path) -> None:
         },
     }
     params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-    report = label(
-        "policy_a",
-        params_file=str(params_file),
-        pool_file=str(pool_file),
-        out_dir=tmp_path / "labels",
-        report_dir=tmp_path / "reports",
-        taxonomy_file=str(REPO_ROOT / "data" / "taxonomy.yaml"),
-    )
-    pool = pd.read_parquet(pool_file).set_index("id")
-    labels = pd.read_parquet(tmp_path / "labels" / "policy_a.parquet").set_index("id")
+    layout = repo_layout(tmp_path)
+    report = label("policy_a", layout)
+    pool = pd.read_parquet(layout.path("pool")).set_index("id")
+    labels = pd.read_parquet(layout.path("policy_labels", policy="policy_a")).set_index("id")
     coarse = dict(zip(pool.loc[labels.index, "prompt"], labels["coarse"], strict=True))
     assert coarse == {
         "How do I bake bread?": "GENERIC_SAFE",

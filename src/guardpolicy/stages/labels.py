@@ -8,7 +8,6 @@ and rule counts, labeler, policy_version and, for the committee, agreement and c
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -17,39 +16,35 @@ from guardpolicy.config import load_params
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import sha256_file, write_json, write_parquet
 from guardpolicy.labeling import label_summary, label_table, load_policy, make_labeler
-from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+from guardpolicy.layout import Layout
+from guardpolicy.taxonomy import load_taxonomy
 
 log = logging.getLogger(__name__)
 
-POOL_FILE = "data/pool/pool.parquet"
-LABEL_DIR = "data/labels"
-REPORT_DIR = "reports/labels"
 
 
-def label(
-    policy: str,
-    params_file: str = "params.yaml",
-    pool_file: str = POOL_FILE,
-    out_dir: str | Path = LABEL_DIR,
-    report_dir: str | Path = REPORT_DIR,
-    taxonomy_file: str = TAXONOMY_FILE,
-) -> dict[str, Any]:
-    """Label the pool under `policy`; write `<out_dir>/<policy>.parquet` and `<report_dir>/<policy>.json`."""
-    params = load_params(params_file)
+def label(policy: str, layout: Layout | None = None) -> dict[str, Any]:
+    """Label the pool under `policy`; write data/labels/<policy>.parquet and reports/labels/<policy>.json
+    (paths from `layout`, default: this repository; the policy file params names is relative to its root)."""
+    layout = layout or Layout.discover()
+    params_file = layout.relative("params")
+    params = load_params(layout.path("params"))
     if policy not in params.policies:
         raise ConfigError(
             f"{params_file}: policies.{policy}: unknown policy; known: {sorted(params.policies)}"
         )
     policy_params = params.policies[policy]
-    taxonomy = load_taxonomy(taxonomy_file)
-    policy_spec = load_policy(policy_params.file, taxonomy)
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    policy_spec = load_policy(layout.root / policy_params.file, taxonomy)
     if policy_spec.name != policy:
         raise ConfigError(
             f"{params_file}: policies.{policy}.file: {policy_params.file} is policy {policy_spec.name!r}"
         )
-    if not Path(pool_file).is_file():
-        raise InputError(pool_file, "pool file not found; run `dvc repro pool` first")
-    pool = pd.read_parquet(pool_file)
+    pool_path = layout.path("pool")
+    if not pool_path.is_file():
+        raise InputError(pool_path, "pool file not found; run `dvc repro pool` first")
+    pool = pd.read_parquet(pool_path)
+    pool_file = layout.relative("pool")  # names the pool in messages
     labeler = make_labeler(policy_params, policy_spec, taxonomy)
     log.info(
         "label %s: %s labeler, version %s, on %s (%d rows)",
@@ -61,18 +56,18 @@ def label(
     )
     result = labeler.label(pool, pool_file=pool_file)
 
-    out_path = Path(out_dir) / f"{policy}.parquet"
+    out_path = layout.path("policy_labels", policy=policy)
     write_parquet(out_path, label_table(result.frame, taxonomy))
     report = {
         "policy": policy,
         "policy_file": str(policy_params.file),
         "policy_version": labeler.version,
         "labeler": labeler.kind,
-        "pool_sha256": sha256_file(pool_file),
+        "pool_sha256": sha256_file(pool_path),
         **label_summary(result.frame, taxonomy),
         **result.report,
     }
-    write_json(Path(report_dir) / f"{policy}.json", _without_run_costs(report))
+    write_json(layout.path("label_report", policy=policy), _without_run_costs(report))
     log.info(
         "label %s: %d rows -> %s; classes %s", policy, len(result.frame), out_path, report["class_counts"]
     )
