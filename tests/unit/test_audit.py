@@ -45,6 +45,7 @@ from guardpolicy.config import AuditConfig, NearDuplicateConfig, NormaliseConfig
 from guardpolicy.data.normalise import schema_for
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.layout import Layout
 from guardpolicy.stages.audit import audit
 
 METHODS = ("minhash", "ngram")
@@ -569,10 +570,11 @@ def _write(path: Path, frame: pd.DataFrame, schema: pa.Schema | None = None) -> 
     return path
 
 
-def _stage_inputs(tmp_path: Path) -> dict[str, str]:
-    """A 63-prompt pool (one near-duplicate triple, members in different strata) with labels for both
-    policies, and two registry benchmarks, one of them empty."""
-    params = write_params(tmp_path / "params.yaml", mirror_dir=tmp_path / "mirror", profile="smoke")
+def _stage_inputs(tmp_path: Path) -> Layout:
+    """A repository-shaped folder: a 63-prompt pool (one near-duplicate triple, members in different
+    strata) with labels for both policies, and two registry benchmarks, one of them empty."""
+    layout = Layout(tmp_path)
+    write_params(layout.path("params"), mirror_dir=tmp_path / "mirror", profile="smoke")
     rng = random.Random(5)
     words = [f"token{i}" for i in range(300)]
     prompts = [" ".join(rng.choices(words, k=rng.randint(3, 25))) for _ in range(58)]
@@ -586,15 +588,16 @@ def _stage_inputs(tmp_path: Path) -> dict[str, str]:
             "source": ["generated" if i % 3 else "public" for i in range(len(prompts))],
         }
     )
-    _write(tmp_path / "pool" / "pool.parquet", pool.iloc[::-1])
+    _write(layout.path("pool"), pool.iloc[::-1])
     classes = ["GENERIC_SAFE", "BOUNDARY_SAFE", "HARMFUL", "COMPOUND"]
     for offset, policy in enumerate(POLICIES):
         labels = pd.DataFrame(
             {"id": pool["id"], "coarse": [classes[(i + offset) % 4] for i in range(len(pool))]}
         )
-        _write(tmp_path / "labels" / f"{policy}.parquet", labels)
+        _write(layout.path("policy_labels", policy=policy), labels)
     entries = {name: real_registry()["benchmarks"][name] for name in ("xstest", "jbb_benign")}
-    registry = registry_with(entries, tmp_path / "benchmarks.yaml")
+    layout.path("benchmark_registry").parent.mkdir(parents=True, exist_ok=True)
+    registry = registry_with(entries, layout.path("benchmark_registry"))
     specs = load_registry(registry)
     xstest = pd.DataFrame(
         {
@@ -614,33 +617,29 @@ def _stage_inputs(tmp_path: Path) -> dict[str, str]:
     for field in xstest_schema:
         if field.name not in xstest:
             xstest[field.name] = pd.Series([None] * len(xstest), dtype="object")
-    _write(tmp_path / "benchmarks" / "xstest.parquet", xstest[xstest_schema.names], xstest_schema)
+    _write(layout.path("benchmark", benchmark="xstest"), xstest[xstest_schema.names], xstest_schema)
     pq.write_table(
-        schema_for(specs["jbb_benign"]).empty_table(), tmp_path / "benchmarks" / "jbb_benign.parquet"
+        schema_for(specs["jbb_benign"]).empty_table(), layout.path("benchmark", benchmark="jbb_benign")
     )
-    return {
-        "params_file": str(params),
-        "pool_file": str(tmp_path / "pool" / "pool.parquet"),
-        "labels_dir": str(tmp_path / "labels"),
-        "benchmarks_dir": str(tmp_path / "benchmarks"),
-        "registry_file": str(registry),
-        "splits_dir": str(tmp_path / "out" / "splits"),
-        "clean_dir": str(tmp_path / "out" / "clean"),
-        "report": str(tmp_path / "out" / "contamination.json"),
-    }
+    return layout
+
+
+def _outputs(layout: Layout) -> dict[Path, bytes]:
+    folders = [layout.path("splits"), layout.path("clean_benchmarks")]
+    files = [p for folder in folders for p in folder.rglob("*") if p.is_file()]
+    files += [layout.path("contamination"), layout.path("contamination_markdown")]
+    return {p: p.read_bytes() for p in sorted(files)}
 
 
 def test_stage_smoke(tmp_path: Path) -> None:
-    paths = _stage_inputs(tmp_path)
-    stale = Path(paths["clean_dir"]) / "removed_benchmark.parquet"
+    layout = _stage_inputs(tmp_path)
+    stale = layout.path("clean_benchmarks") / "removed_benchmark.parquet"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"stale")
 
-    report = audit(**paths)
+    report = audit(layout)
 
-    split_frames = {
-        split: pd.read_parquet(Path(paths["splits_dir"]) / f"{split}.parquet") for split in SPLITS
-    }
+    split_frames = {split: pd.read_parquet(layout.path("split", split=split)) for split in SPLITS}
     for split, frame in split_frames.items():
         assert list(frame.columns) == ["id", "split", "group", "source", "coarse_policy_a", "coarse_policy_b"]
         assert (frame["split"] == split).all() and frame["id"].is_monotonic_increasing
@@ -654,7 +653,7 @@ def test_stage_smoke(tmp_path: Path) -> None:
     for split in ("val", "calib"):
         assert (report["leakage"][split]["exact"], report["leakage"][split]["near_duplicate_only"]) == (0, 0)
     assert report["splits"] == {split: len(frame) for split, frame in split_frames.items()}
-    labels_a = pd.read_parquet(Path(paths["labels_dir"]) / "policy_a.parquet").set_index("id")["coarse"]
+    labels_a = pd.read_parquet(layout.path("policy_labels", policy="policy_a")).set_index("id")["coarse"]
     joined = pd.concat(split_frames.values()).set_index("id")
     assert (joined["coarse_policy_a"] == labels_a.reindex(joined.index)).all()
 
@@ -663,57 +662,57 @@ def test_stage_smoke(tmp_path: Path) -> None:
     # TWENTY_WORDS is p_0058 and TEXT_C p_0059: sources generated (58 % 3 and 59 % 3 are not 0).
     assert xstest["by_pool_source"] == {"generated": 3}
     assert report["benchmarks"]["jbb_benign"]["n"] == 0
-    clean_dir = Path(paths["clean_dir"])
+    clean_dir = layout.path("clean_benchmarks")
     assert sorted(p.name for p in clean_dir.iterdir()) == ["jbb_benign.parquet", "xstest.parquet"]
     clean = pq.read_table(clean_dir / "xstest.parquet")
-    original = pq.read_table(Path(paths["benchmarks_dir"]) / "xstest.parquet")
+    original = pq.read_table(layout.path("benchmark", benchmark="xstest"))
     assert clean.schema.equals(original.schema)
     assert clean.column("id").to_pylist() == ["xstest:3", "xstest:5"]
     assert pq.read_table(clean_dir / "jbb_benign.parquet").num_rows == 0
-    assert "| xstest | 5 |" in Path(paths["report"]).with_suffix(".md").read_text(encoding="utf-8")
+    assert "| xstest | 5 |" in layout.path("contamination_markdown").read_text(encoding="utf-8")
 
-    outputs = sorted(p for p in (tmp_path / "out").rglob("*") if p.is_file())
-    before = {p: p.read_bytes() for p in outputs}
-    audit(**paths)
-    assert {
-        p: p.read_bytes() for p in sorted(p for p in (tmp_path / "out").rglob("*") if p.is_file())
-    } == before
+    before = _outputs(layout)
+    audit(layout)
+    assert _outputs(layout) == before
 
 
 def test_stage_bad_inputs_name_the_file(tmp_path: Path) -> None:
-    paths = _stage_inputs(tmp_path)
-    label_file = Path(paths["labels_dir"]) / "policy_b.parquet"
+    layout = _stage_inputs(tmp_path)
+    label_file = layout.path("policy_labels", policy="policy_b")
     labels = pd.read_parquet(label_file)
 
     _write(label_file, pd.concat([labels, pd.DataFrame({"id": ["p_unknown"], "coarse": ["HARMFUL"]})]))
     with pytest.raises(InputError, match="p_unknown") as error:
-        audit(**paths)
+        audit(layout)
     assert error.value.file == str(label_file) and error.value.row == 64 and error.value.field == "id"
 
     _write(label_file, labels.iloc[1:])
     with pytest.raises(InputError, match="no label") as error:
-        audit(**paths)
+        audit(layout)
     assert error.value.file == str(label_file)
 
     label_file.unlink()
     with pytest.raises(InputError, match="missing") as error:
-        audit(**paths)
+        audit(layout)
     assert error.value.file == str(label_file)
 
+    pool = layout.path("pool")
+    pool.rename(tmp_path / "elsewhere.parquet")
     with pytest.raises(InputError) as error:
-        audit(**{**paths, "pool_file": str(tmp_path / "nowhere.parquet")})
-    assert error.value.file == str(tmp_path / "nowhere.parquet")
+        audit(layout)
+    assert error.value.file == str(pool)
+    (tmp_path / "elsewhere.parquet").rename(pool)
 
     _write(label_file, labels)
-    (Path(paths["benchmarks_dir"]) / "jbb_benign.parquet").unlink()
+    layout.path("benchmark", benchmark="jbb_benign").unlink()
     with pytest.raises(InputError, match="fetch@jbb_benign"):
-        audit(**paths)
+        audit(layout)
 
 
 def test_stage_rejects_unknown_stratify_policy(tmp_path: Path) -> None:
-    paths = _stage_inputs(tmp_path)
-    params = yaml.safe_load(Path(paths["params_file"]).read_text(encoding="utf-8"))
+    layout = _stage_inputs(tmp_path)
+    params = yaml.safe_load(layout.path("params").read_text(encoding="utf-8"))
     params["audit"]["splits"]["stratify_by"] = ["policy_a", "policy_z"]
-    Path(paths["params_file"]).write_text(yaml.safe_dump(params), encoding="utf-8")
+    layout.path("params").write_text(yaml.safe_dump(params), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"audit\.splits\.stratify_by.*policy_z"):
-        audit(**paths)
+        audit(layout)

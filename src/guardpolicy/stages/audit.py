@@ -29,16 +29,9 @@ from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_dir, write_json, write_parquet, write_text
+from guardpolicy.layout import Layout
 
 log = logging.getLogger(__name__)
-
-POOL_FILE = "data/pool/pool.parquet"
-LABELS_DIR = "data/labels"
-BENCHMARKS_DIR = "data/benchmarks"
-REGISTRY_FILE = "data/benchmarks.yaml"
-SPLITS_DIR = "data/splits"
-CLEAN_DIR = "data/benchmarks_clean"
-REPORT_FILE = "reports/contamination.json"
 
 
 def _read_parquet(path: Path, what: str, columns: tuple[str, ...]) -> pa.Table:
@@ -146,19 +139,19 @@ def replace_directory(target: str | Path, tables: Mapping[str, pa.Table]) -> Non
             write_parquet(staging / f"{name}.parquet", table)
 
 
-def audit(
-    params_file: str = "params.yaml",
-    pool_file: str = POOL_FILE,
-    labels_dir: str = LABELS_DIR,
-    benchmarks_dir: str = BENCHMARKS_DIR,
-    registry_file: str = REGISTRY_FILE,
-    splits_dir: str = SPLITS_DIR,
-    clean_dir: str = CLEAN_DIR,
-    report: str = REPORT_FILE,
-) -> dict:
-    """Run the audit; returns the report written to `report` (and its Markdown twin beside it)."""
+def audit(layout: Layout | None = None) -> dict:
+    """Run the audit; returns the report written to reports/contamination.json (and its Markdown twin beside
+    it). Paths from `layout` (default: this repository)."""
     started = time.perf_counter()
-    params = load_params(params_file)
+    layout = layout or Layout.discover()
+    params_file = layout.relative("params")
+    pool_file = layout.path("pool")
+    splits_dir, clean_dir, report = (
+        layout.path("splits"),
+        layout.path("clean_benchmarks"),
+        layout.path("contamination"),
+    )
+    params = load_params(layout.path("params"))
     config = params.audit
     policies = list(params.policies)
     unknown = [policy for policy in config.splits.stratify_by if policy not in params.policies]
@@ -166,8 +159,8 @@ def audit(
         raise ConfigError(
             f"{params_file}: audit.splits.stratify_by: unknown polic(ies) {unknown}; defined: {policies}"
         )
-    pool = join_labels(read_pool(pool_file), policies, labels_dir, pool_file)
-    tables = read_benchmarks(registry_file, benchmarks_dir)
+    pool = join_labels(read_pool(pool_file), policies, layout.path("labels"), str(pool_file))
+    tables = read_benchmarks(layout.path("benchmark_registry"), layout.path("benchmarks"))
     log.info(
         "audit: pool %s (%d prompts), labels of %s, %d benchmarks (%d prompts)",
         pool_file,
@@ -206,16 +199,14 @@ def audit(
     payload["settings"]["policies"] = policies
 
     for split in SPLITS:
-        write_parquet(
-            Path(splits_dir) / f"{split}.parquet", split_table(pool[pool["split"] == split], policies)
-        )
+        write_parquet(layout.path("split", split=split), split_table(pool[pool["split"] == split], policies))
     clean_tables = {
         name: table.filter(pa.array(~result.benchmarks[name].drop, type=pa.bool_()))
         for name, table in tables.items()
     }
     replace_directory(clean_dir, clean_tables)
     write_json(report, payload)
-    write_text(Path(report).with_suffix(".md"), contamination_markdown(payload))
+    write_text(layout.path("contamination_markdown"), contamination_markdown(payload))
     totals = payload["totals"]
     log.info(
         "audit: %d benchmark prompts, %d exact, %d near-duplicate only, %d dropped -> %s, %s, %s (%.1f s)",
