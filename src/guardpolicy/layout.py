@@ -69,6 +69,7 @@ ARTIFACTS: Mapping[str, Artifact] = {
     "splits": Artifact("data/splits", "train / calib / val / test splits of the pool"),
     "split": Artifact("data/splits/{split}.parquet", "one split's pool ids"),
     "clean_benchmarks": Artifact("data/benchmarks_clean", "every benchmark minus prompts seen in training"),
+    "clean_benchmark": Artifact("data/benchmarks_clean/{benchmark}.parquet", "one benchmark, decontaminated"),
     "splits_validation": Artifact("reports/validation/splits.json", "the split and decontamination suites"),
     # Models.
     "prefixes": Artifact("data/prefix/{scale}", "a scale's frozen prefix states over every prompt"),

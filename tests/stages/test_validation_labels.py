@@ -17,10 +17,12 @@ import pandas as pd
 import pytest
 import yaml
 from helpers.benchmarks import write_params
+from helpers.layout import repo_layout, stage_env
 from helpers.paths import REPO_ROOT
 
 from guardpolicy.config import AgreementConfig, NormaliseConfig
 from guardpolicy.errors import ValidationFailed
+from guardpolicy.layout import Layout
 from guardpolicy.stages.validate import validate_labels, validate_splits
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.validation.gx import SuiteResult
@@ -428,20 +430,25 @@ def test_broken_clean_benchmarks_fail() -> None:
 # ----------------------------------------------------------------------------------------------------- stages
 
 
-def _write_world(root: Path) -> dict[str, str]:
-    params = write_params(root / "params.yaml", mirror_dir=root / "mirror")
-    good_pool().to_parquet(root / "pool.parquet", index=False)
-    for directory in ("labels", "splits", "benchmarks", "clean"):
-        (root / directory).mkdir()
+def _write_world(root: Path) -> Layout:
+    """A repository-shaped folder (guardpolicy.layout) with a good pool, labels, agreement, splits and two
+    toy benchmarks with their clean copies."""
+    layout = repo_layout(root, copy=("taxonomy",))
+    write_params(layout.path("params"), mirror_dir=root / "mirror")
+    for folder in ("labels", "splits", "benchmarks", "clean_benchmarks"):
+        layout.path(folder).mkdir(parents=True)
+    layout.path("pool").parent.mkdir(parents=True)
+    layout.path("agreement").parent.mkdir(parents=True)
+    good_pool().to_parquet(layout.path("pool"), index=False)
     for policy in POLICIES:
-        good_labels(policy).to_parquet(root / "labels" / f"{policy}.parquet", index=False)
-    (root / "agreement.json").write_text(json.dumps(good_agreement()), encoding="utf-8")
+        good_labels(policy).to_parquet(layout.path("policy_labels", policy=policy), index=False)
+    layout.path("agreement").write_text(json.dumps(good_agreement()), encoding="utf-8")
     for split, frame in good_splits().items():
-        frame.to_parquet(root / "splits" / f"{split}.parquet", index=False)
+        frame.to_parquet(layout.path("split", split=split), index=False)
     entries = {}
     for name, frame in ORIGINALS.items():
-        frame.to_parquet(root / "benchmarks" / f"{name}.parquet", index=False)
-        CLEANS[name].to_parquet(root / "clean" / f"{name}.parquet", index=False)
+        frame.to_parquet(layout.path("benchmark", benchmark=name), index=False)
+        CLEANS[name].to_parquet(layout.path("clean_benchmark", benchmark=name), index=False)
         entries[name] = {
             "description": "a toy benchmark",
             "license": "MIT",
@@ -455,44 +462,28 @@ def _write_world(root: Path) -> dict[str, str]:
                 }
             ],
         }
-    (root / "registry.yaml").write_text(yaml.safe_dump({"benchmarks": entries}), encoding="utf-8")
-    return {"params_file": str(params)}
+    layout.path("benchmark_registry").write_text(yaml.safe_dump({"benchmarks": entries}), encoding="utf-8")
+    return layout
 
 
 def _labels_stage(root: Path) -> dict:
-    return validate_labels(
-        params_file=str(root / "params.yaml"),
-        pool_file=str(root / "pool.parquet"),
-        labels_dir=str(root / "labels"),
-        agreement_file=str(root / "agreement.json"),
-        taxonomy_file=str(TAXONOMY_FILE),
-        out=str(root / "reports" / "labels.json"),
-    )
+    return validate_labels(Layout(root))
 
 
 def _splits_stage(root: Path) -> dict:
-    return validate_splits(
-        params_file=str(root / "params.yaml"),
-        pool_file=str(root / "pool.parquet"),
-        splits_dir=str(root / "splits"),
-        clean_dir=str(root / "clean"),
-        benchmarks_dir=str(root / "benchmarks"),
-        registry_file=str(root / "registry.yaml"),
-        taxonomy_file=str(TAXONOMY_FILE),
-        out=str(root / "reports" / "splits.json"),
-    )
+    return validate_splits(Layout(root))
 
 
 def test_validate_labels_stage(tmp_path: Path) -> None:
     _write_world(tmp_path)
     assert _labels_stage(tmp_path) == {"validated": 4, "passed": 4, "failed": 0, "skipped": 0}
-    report_file = tmp_path / "reports" / "labels.json"
+    report_file = tmp_path / "reports" / "validation" / "labels.json"
     assert json.loads(report_file.read_text(encoding="utf-8"))["success"] is True
 
     broken = good_labels("policy_b")
     broken.loc[2, "coarse"] = "unsafe"
-    broken.to_parquet(tmp_path / "labels" / "policy_b.parquet", index=False)
-    (tmp_path / "agreement.json").write_text(
+    broken.to_parquet(tmp_path / "data" / "labels" / "policy_b.parquet", index=False)
+    (tmp_path / "reports" / "agreement.json").write_text(
         json.dumps({**good_agreement(), "coarse_agreement": 0.5}), encoding="utf-8"
     )
     with pytest.raises(ValidationFailed) as raised:
@@ -515,34 +506,24 @@ def test_validate_splits_stage(tmp_path: Path) -> None:
     summary = _splits_stage(tmp_path)
     assert summary == {"validated": 4, "passed": 4, "failed": 0, "skipped": 0}
 
-    ORIGINALS["bench_x"].to_parquet(tmp_path / "clean" / "bench_x.parquet", index=False)
+    ORIGINALS["bench_x"].to_parquet(tmp_path / "data" / "benchmarks_clean" / "bench_x.parquet", index=False)
     with pytest.raises(ValidationFailed) as raised:
         _splits_stage(tmp_path)
     message = str(raised.value)
     assert "benchmarks_clean/bench_x: expect_column_values_to_be_in_set(in_train_after_normalise)" in message
     assert "bench_x:1" in message
-    report = json.loads((tmp_path / "reports" / "splits.json").read_text(encoding="utf-8"))
+    report = json.loads((tmp_path / "reports" / "validation" / "splits.json").read_text(encoding="utf-8"))
     assert report["datasets"]["benchmarks_clean/bench_x"]["success"] is False
     assert report["datasets"]["splits"]["success"] is True
 
 
 def test_pipeline_exits_1_on_a_failed_split_check(tmp_path: Path) -> None:
     _write_world(tmp_path)
-    (tmp_path / "splits" / "val.parquet").unlink()
-    # The script's benchmark, registry and report paths are relative defaults; pass the rest explicitly.
-    (tmp_path / "data").mkdir()
-    (tmp_path / "benchmarks").rename(tmp_path / "data" / "benchmarks")
-    (tmp_path / "registry.yaml").rename(tmp_path / "data" / "benchmarks.yaml")
-    (tmp_path / "data" / "taxonomy.yaml").write_bytes(TAXONOMY_FILE.read_bytes())
+    (tmp_path / "data" / "splits" / "val.parquet").unlink()
     completed = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "pipelines" / "validate_splits.py"),
-            "--pool_file=pool.parquet",
-            "--splits_dir=splits",
-            "--clean_dir=clean",
-        ],
+        [sys.executable, str(REPO_ROOT / "pipelines" / "validate_splits.py")],
         cwd=tmp_path,
+        env=stage_env(tmp_path),
         capture_output=True,
         text=True,
         check=False,

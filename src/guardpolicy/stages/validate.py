@@ -17,8 +17,8 @@ from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import InputError, ValidationFailed
 from guardpolicy.io import read_json, write_json
-from guardpolicy.stages.benchmarks import REGISTRY_FILE
-from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+from guardpolicy.layout import Layout
+from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.validation.gx import SuiteResult, suite_counts
 from guardpolicy.validation.labels import validate_agreement
 from guardpolicy.validation.labels import validate_labels as validate_label_file
@@ -68,62 +68,53 @@ def _write_and_check(
     return payload["summary"]
 
 
-def validate_labels(
-    params_file: str = "params.yaml",
-    pool_file: str = "data/pool/pool.parquet",
-    labels_dir: str = "data/labels",
-    agreement_file: str = "reports/agreement.json",
-    taxonomy_file: str = TAXONOMY_FILE,
-    out: str = "reports/validation/labels.json",
-) -> dict:
-    """The pool suite, the label suite of every policy in params `policies`, and the agreement band."""
-    params = load_params(params_file)
-    taxonomy = load_taxonomy(taxonomy_file)
-    if not Path(agreement_file).is_file():
+def validate_labels(layout: Layout | None = None) -> dict:
+    """The pool suite, the label suite of every policy in params `policies`, and the agreement band (paths
+    from `layout`, default: this repository) -> reports/validation/labels.json."""
+    layout = layout or Layout.discover()
+    params = load_params(layout.path("params"))
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    agreement_file = layout.path("agreement")
+    if not agreement_file.is_file():
         raise InputError(agreement_file, "file not found; run `dvc repro agreement` first")
-    pool = read_parquet(pool_file, "run `dvc repro pool` first")
+    pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first")
     results = {"pool": validate_pool(pool, taxonomy)}
     for policy in tqdm(sorted(params.policies), desc="validate labels", unit="policy"):
-        labels = read_parquet(Path(labels_dir) / f"{policy}.parquet", f"run `dvc repro label@{policy}` first")
+        labels = read_parquet(
+            layout.path("policy_labels", policy=policy), f"run `dvc repro label@{policy}` first"
+        )
         log.info("validate labels/%s: %d rows against %d pool rows", policy, len(labels), len(pool))
         results[f"labels/{policy}"] = validate_label_file(labels, pool, policy, taxonomy)
     results["agreement"] = validate_agreement(read_json(agreement_file), params.agreement)
-    return _write_and_check(results, out)
+    return _write_and_check(results, layout.path("labels_validation"))
 
 
-def validate_splits(
-    params_file: str = "params.yaml",
-    pool_file: str = "data/pool/pool.parquet",
-    splits_dir: str = "data/splits",
-    clean_dir: str = "data/benchmarks_clean",
-    benchmarks_dir: str = "data/benchmarks",
-    registry_file: str = REGISTRY_FILE,
-    out: str = "reports/validation/splits.json",
-    taxonomy_file: str = TAXONOMY_FILE,
-) -> dict:
+def validate_splits(layout: Layout | None = None) -> dict:
     """Splits (present, disjoint, exactly the pool) and every decontaminated benchmark (a subset of its
-    original with no train prompt left after normalisation)."""
-    params = load_params(params_file)
-    taxonomy = load_taxonomy(taxonomy_file)
-    registry = load_registry(registry_file)
+    original with no train prompt left after normalisation) -> reports/validation/splits.json (paths from
+    `layout`, default: this repository)."""
+    layout = layout or Layout.discover()
+    params = load_params(layout.path("params"))
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    registry = load_registry(layout.path("benchmark_registry"))
     policies = tuple(params.policies)
-    pool = read_parquet(pool_file, "run `dvc repro pool` first")
+    pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first")
     splits = {
-        name: pd.read_parquet(path) if (path := Path(splits_dir) / f"{name}.parquet").is_file() else None
+        name: pd.read_parquet(path) if (path := layout.path("split", split=name)).is_file() else None
         for name in SPLIT_NAMES
     }
     originals: dict[str, pd.DataFrame] = {}
     cleans: dict[str, pd.DataFrame | None] = {}
     skipped = {}
     for name in registry:
-        original_path = Path(benchmarks_dir) / f"{name}.parquet"
+        original_path = layout.path("benchmark", benchmark=name)
         if not original_path.is_file():
             skipped[f"benchmarks_clean/{name}"] = (
-                f"{original_path} absent: nothing to compare a clean copy with"
+                f"{layout.relative('benchmark', benchmark=name)} absent: nothing to compare a clean copy with"
             )
             continue
         originals[name] = pd.read_parquet(original_path)
-        clean_path = Path(clean_dir) / f"{name}.parquet"
+        clean_path = layout.path("clean_benchmark", benchmark=name)
         cleans[name] = pd.read_parquet(clean_path) if clean_path.is_file() else None
 
     results = {
@@ -144,4 +135,4 @@ def validate_splits(
     else:
         # The files suite already fails on the missing train split; overlap cannot be checked without it.
         skipped["benchmarks_clean/*"] = "no train split to check overlap against"
-    return _write_and_check(results, out, skipped)
+    return _write_and_check(results, layout.path("splits_validation"), skipped)
