@@ -64,9 +64,9 @@ def show_registry(registry_file: str | None = None) -> str:
     """List the validated benchmark registry (default: the one the fetch stages read): name, expected rows,
     label kind, sources."""
     from guardpolicy.data.registry import load_registry
-    from guardpolicy.stages.benchmarks import REGISTRY_FILE
+    from guardpolicy.layout import Layout
 
-    registry = load_registry(registry_file or REGISTRY_FILE)
+    registry = load_registry(registry_file or Layout.discover().path("benchmark_registry"))
     lines = [
         f"{name:22s} {spec.expected_rows:>6d}  {spec.label.kind:10s}  "
         + " | ".join(s.name for s in spec.sources)

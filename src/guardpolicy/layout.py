@@ -164,3 +164,13 @@ class Layout:
 
     def relative(self, name: str, **values: str) -> str:
         return self.path(name, **values).relative_to(self.root).as_posix()
+
+    def resolve(self, named: str | Path) -> Path:
+        """A path that params or a registry names (relative to the root, e.g. the benchmark mirror
+        ``../shared/benchmarks`` or a policy file), usable from the working directory: as written when that
+        is the root (as under DVC: messages and reports then name it as params does, the same on every
+        machine), else under the root."""
+        path = Path(named)
+        if path.is_absolute() or Path.cwd().resolve() == self.root.resolve():
+            return path
+        return self.root / path

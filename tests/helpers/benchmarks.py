@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -46,22 +47,33 @@ ORB_HARD = "orbench/or-bench-hard-1k.csv"
 STRONGREJECT = "strongreject/strongreject_dataset.csv"
 
 
+def fetch_layout(root: Path, registry: Path | None = None) -> tuple[Path, Path]:
+    """Where stage fetch reads its registry and writes under a repository-shaped `root` (guardpolicy.layout):
+    (data/benchmarks.yaml, data/benchmarks/); `registry`, when given, is copied there."""
+    from guardpolicy.layout import Layout
+
+    layout = Layout(root)
+    target = layout.path("benchmark_registry")
+    if registry is not None and registry != target:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(registry.read_bytes())
+    return target, layout.path("benchmarks")
+
+
 def run_fetch_script(
     name: str, params: Path, registry: Path, out_dir: Path
 ) -> subprocess.CompletedProcess[str]:
-    """pipelines/fetch_benchmark.py as DVC runs it (a subprocess from the repository root)."""
-    command = [
-        str(PYTHON),
-        "pipelines/fetch_benchmark.py",
-        name,
-        "--params_file",
-        str(params),
-        "--registry_file",
-        str(registry),
-        "--out_dir",
-        str(out_dir),
-    ]
-    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    """pipelines/fetch_benchmark.py as DVC runs it: a subprocess in the repository-shaped folder of `params`
+    (DVC_ROOT set), whose registry and output folder must be where the layout puts them."""
+    from guardpolicy.layout import ROOT_ENV
+
+    root = params.parent
+    assert (registry, out_dir) == fetch_layout(root), "lay the test's files out as the repository"
+    command = [str(PYTHON), str(REPO_ROOT / "pipelines" / "fetch_benchmark.py"), name]
+    env = {**os.environ, ROOT_ENV: str(root)}
+    return subprocess.run(
+        command, cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def upstream_bytes(rel: str) -> bytes:

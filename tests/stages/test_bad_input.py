@@ -27,6 +27,7 @@ from helpers.benchmarks import (
     WILDGUARD,
     XSTEST,
     entry_for_fixture,
+    fetch_layout,
     registry_with,
     run_fetch_script,
     sha256_bytes,
@@ -38,6 +39,7 @@ from helpers.paths import REPO_ROOT, UPSTREAM
 from guardpolicy.data.normalise import schema_for
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ChecksumError, InputError
+from guardpolicy.layout import Layout
 from guardpolicy.stages.benchmarks import fetch
 
 
@@ -383,9 +385,11 @@ def _stage(tmp_path: Path, case: Bad) -> tuple[Path, Path, Path]:
             sha = sha256_bytes(data) if case.pin_sha else None
         replacements.append({"mirror": rel, "sha256": sha, "hf": None, "url": None, "size": None})
     entry = entry_for_fixture(case.name, replacements, expected_rows=10, source_index=case.source_index)
-    registry = registry_with({case.name: entry}, tmp_path / "benchmarks.yaml")
+    registry, out_dir = fetch_layout(tmp_path)
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    registry_with({case.name: entry}, registry)
     params = write_params(tmp_path / "params.yaml", mirror)
-    return params, registry, tmp_path / "out"
+    return params, registry, out_dir
 
 
 def _leftovers(out_dir: Path) -> list[Path]:
@@ -398,9 +402,9 @@ def _leftovers(out_dir: Path) -> list[Path]:
 
 @pytest.mark.parametrize("case", BAD_CASES, ids=lambda c: c.id)
 def test_bad_input_api(tmp_path: Path, case: Bad) -> None:
-    params, registry, out_dir = _stage(tmp_path, case)
+    params, _registry, out_dir = _stage(tmp_path, case)
     with pytest.raises(case.error) as info:
-        fetch(case.name, params_file=str(params), registry_file=str(registry), out_dir=out_dir)
+        fetch(case.name, Layout(params.parent))
     exc = info.value
     assert type(exc) is case.error
     expected_file = f"mirror:{case.bad_file}" if case.error is ChecksumError else case.bad_file
@@ -446,11 +450,11 @@ def test_bad_inputrun_fetch_script(tmp_path: Path, case: Bad) -> None:
 
 def test_bad_input_does_not_touch_existing_outputs_of_other_benchmarks(tmp_path: Path) -> None:
     case = next(c for c in BAD_CASES if c.id == "unknown_label")
-    params, registry, out_dir = _stage(tmp_path, case)
+    params, _registry, out_dir = _stage(tmp_path, case)
     out_dir.mkdir()
     (out_dir / "other.parquet").write_bytes(b"keep")
     with pytest.raises(InputError):
-        fetch(case.name, params_file=str(params), registry_file=str(registry), out_dir=out_dir)
+        fetch(case.name, Layout(params.parent))
     assert sorted(p.name for p in out_dir.iterdir()) == ["other.parquet"]
 
 
@@ -462,7 +466,7 @@ def _missing_setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     empty_mirror = tmp_path / "empty_mirror"
     empty_mirror.mkdir()
     params = write_params(tmp_path / "params.yaml", empty_mirror, allow_download=False)
-    return params, REPO_ROOT / "data" / "benchmarks.yaml", tmp_path / "out"
+    return params, *fetch_layout(tmp_path, REPO_ROOT / "data" / "benchmarks.yaml")
 
 
 def _check_missing(out_dir: Path, name: str, meta: dict) -> None:
@@ -480,8 +484,8 @@ def _check_missing(out_dir: Path, name: str, meta: dict) -> None:
 
 @pytest.mark.parametrize("name", ["xstest", "wildguard_harmful", "donotanswer"])
 def test_missing_files_api(tmp_path: Path, name: str) -> None:
-    params, registry, out_dir = _missing_setup(tmp_path)
-    meta = fetch(name, params_file=str(params), registry_file=str(registry), out_dir=out_dir)
+    params, _registry, out_dir = _missing_setup(tmp_path)
+    meta = fetch(name, Layout(params.parent))
     _check_missing(out_dir, name, meta)
     on_disk = json.loads((out_dir / f"{name}.meta.json").read_text(encoding="utf-8"))
     assert on_disk == meta
@@ -520,9 +524,9 @@ def test_parquet_with_non_utf8_column_name_is_an_input_error(tmp_path: Path) -> 
         None,
         source_index=1,
     )
-    params, registry, out_dir = _stage(tmp_path, case)
+    params, _registry, _out_dir = _stage(tmp_path, case)
     with pytest.raises(InputError) as info:
-        fetch(case.name, params_file=str(params), registry_file=str(registry), out_dir=out_dir)
+        fetch(case.name, Layout(params.parent))
     assert info.value.file == WILDGUARD
 
 
@@ -538,8 +542,8 @@ def test_xstest_bad_pair_names_the_source_row(tmp_path: Path) -> None:
         ]
     )
     case = Bad("bad_pair", "xstest", (XSTEST,), XSTEST, lambda: data, InputError, 2, "label")
-    params, registry, out_dir = _stage(tmp_path, case)
+    params, _registry, _out_dir = _stage(tmp_path, case)
     with pytest.raises(InputError) as info:
-        fetch(case.name, params_file=str(params), registry_file=str(registry), out_dir=out_dir)
+        fetch(case.name, Layout(params.parent))
     assert "not a safe/unsafe pair" in str(info.value)
     assert info.value.row == 2

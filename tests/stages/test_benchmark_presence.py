@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.benchmarks import write_params
+from helpers.benchmarks import fetch_layout, write_params
 from helpers.paths import MIRROR, REPO_ROOT
 
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ValidationFailed
+from guardpolicy.layout import Layout
 from guardpolicy.runner import EXIT_VALIDATION, guarded
 from guardpolicy.stages.benchmarks import fetch, validate
 
@@ -24,45 +25,36 @@ REGISTRY = REPO_ROOT / "data" / "benchmarks.yaml"
 
 
 @pytest.fixture(scope="module")
-def nothing_reachable(tmp_path_factory) -> tuple[Path, Path]:
-    """Every registered benchmark fetched from an empty mirror with downloads off: all `missing`."""
+def nothing_reachable(tmp_path_factory) -> Path:
+    """A repository-shaped folder where every registered benchmark was fetched from an empty mirror with
+    downloads off: all `missing`."""
     root = tmp_path_factory.mktemp("presence")
     empty_mirror = root / "empty_mirror"
     empty_mirror.mkdir()
-    params = write_params(root / "params.yaml", empty_mirror, allow_download=False)
-    out_dir = root / "benchmarks"
+    write_params(root / "params.yaml", empty_mirror, allow_download=False)
+    fetch_layout(root, REGISTRY)
     for name in load_registry(REGISTRY):
-        assert fetch(name, params_file=str(params), registry_file=str(REGISTRY), out_dir=out_dir)[
-            "status"
-        ] == ("missing")
-    return params, out_dir
+        assert fetch(name, Layout(root))["status"] == "missing"
+    return root
 
 
-def _with_minimum(params: Path, minimum: int | None) -> Path:
+def _with_minimum(root: Path, minimum: int | None) -> None:
+    params = root / "params.yaml"
     document = yaml.safe_load(params.read_text())
     document["data"]["min_present_benchmarks"] = minimum
-    target = params.with_name(f"params_{minimum}.yaml")
-    target.write_text(yaml.safe_dump(document, sort_keys=False))
-    return target
+    params.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
 @pytest.mark.parametrize("minimum", [None, 1, 12])
-def test_too_few_benchmarks_stop_the_pipeline_naming_each_and_the_remedies(
-    nothing_reachable, tmp_path, minimum
-):
-    params, out_dir = nothing_reachable
-    out = tmp_path / "validation.json"
-    arguments = {
-        "registry_file": str(REGISTRY),
-        "in_dir": out_dir,
-        "out": out,
-        "params_file": str(_with_minimum(params, minimum)),
-    }
+def test_too_few_benchmarks_stop_the_pipeline_naming_each_and_the_remedies(nothing_reachable, minimum):
+    layout = Layout(nothing_reachable)
+    _with_minimum(layout.root, minimum)
+    out = layout.path("benchmarks_validation")
     with pytest.raises(SystemExit) as exited:
-        guarded(validate)(**arguments)  # as the stage script runs it
+        guarded(validate)(layout)  # as the stage script runs it
     assert exited.value.code == EXIT_VALIDATION
     with pytest.raises(ValidationFailed) as caught:
-        validate(**arguments)
+        validate(layout)
     message = str(caught.value)
     registered = load_registry(REGISTRY)
     assert f"only 0 of {len(registered)} registered benchmarks are present" in message
@@ -87,16 +79,15 @@ def test_enough_present_benchmarks_pass(tmp_path):
     registry = yaml.safe_load(REGISTRY.read_text())
     keep = ("jbb_harmful", "jbb_benign", "orbench_hard")
     registry["benchmarks"] = {k: v for k, v in registry["benchmarks"].items() if k in keep}
-    registry_file = tmp_path / "benchmarks.yaml"
+    registry_file, _ = fetch_layout(tmp_path)
+    registry_file.parent.mkdir(parents=True)
     registry_file.write_text(yaml.safe_dump(registry, sort_keys=False))
-    params = write_params(tmp_path / "params.yaml", MIRROR)
-    params = _with_minimum(params, 2)
-    out_dir = tmp_path / "benchmarks"
+    write_params(tmp_path / "params.yaml", MIRROR)
+    _with_minimum(tmp_path, 2)
+    layout = Layout(tmp_path)
     for name in keep:
-        fetch(name, params_file=str(params), registry_file=str(registry_file), out_dir=out_dir)
-    summary = validate(
-        registry_file=str(registry_file), in_dir=out_dir, out=tmp_path / "v.json", params_file=str(params)
-    )
+        fetch(name, layout)
+    summary = validate(layout)
     assert summary["skipped_missing"] == 1
-    report = json.loads((tmp_path / "v.json").read_text())
+    report = json.loads(layout.path("benchmarks_validation").read_text())
     assert report["presence"]["success"] is True and report["success"] is True

@@ -15,11 +15,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from helpers.benchmarks import registry_with, sha256_bytes, write_params
+from helpers.benchmarks import fetch_layout, registry_with, sha256_bytes, write_params
 
 from guardpolicy.data.acquire import download
 from guardpolicy.data.registry import parse_registry
 from guardpolicy.errors import ChecksumError
+from guardpolicy.layout import Layout
 from guardpolicy.stages.benchmarks import fetch
 
 CSV = (
@@ -110,8 +111,9 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def dirs(tmp_path: Path) -> dict[str, Path]:
     mirror = tmp_path / "mirror"
     mirror.mkdir()
-    out = tmp_path / "out"
-    return {"mirror": mirror, "out": out, "params": tmp_path / "params.yaml", "registry": tmp_path / "r.yaml"}
+    registry, out = fetch_layout(tmp_path)  # the repository's places under tmp_path
+    registry.parent.mkdir(parents=True)
+    return {"mirror": mirror, "out": out, "params": tmp_path / "params.yaml", "registry": registry}
 
 
 def _entry(*sources: dict[str, Any], expected_rows: int = 3) -> dict[str, Any]:
@@ -138,9 +140,7 @@ def _file(**spec: Any) -> dict[str, Any]:
 def _fetch(dirs: dict[str, Path], entry: dict[str, Any], allow_download: bool = True) -> dict[str, Any]:
     write_params(dirs["params"], dirs["mirror"], allow_download=allow_download)
     registry_with({"fixture": entry}, dirs["registry"])
-    return fetch(
-        "fixture", params_file=str(dirs["params"]), registry_file=str(dirs["registry"]), out_dir=dirs["out"]
-    )
+    return fetch("fixture", Layout(dirs["params"].parent))
 
 
 def _rows(dirs: dict[str, Path]) -> pd.DataFrame:

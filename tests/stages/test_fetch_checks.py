@@ -25,6 +25,7 @@ from helpers.benchmarks import (
     WILDGUARD,
     XSTEST,
     entry_for_fixture,
+    fetch_layout,
     registry_with,
     run_fetch_script,
     sha256_bytes,
@@ -35,6 +36,7 @@ from helpers.paths import UPSTREAM
 
 from guardpolicy.data.normalise import stored_native_id
 from guardpolicy.errors import InputError
+from guardpolicy.layout import Layout
 from guardpolicy.stages.benchmarks import fetch
 
 
@@ -175,15 +177,17 @@ def _stage(tmp_path: Path, case: Case) -> tuple[Path, Path, Path]:
     entry = entry_for_fixture(case.name, replacements, case.expected_rows, source_index=case.source_index)
     for key, value in case.extra.items():
         entry[key] = {**entry[key], **value}
-    registry = registry_with({case.name: entry}, tmp_path / "benchmarks.yaml")
-    return write_params(tmp_path / "params.yaml", mirror), registry, tmp_path / "out"
+    registry, out_dir = fetch_layout(tmp_path)
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    registry_with({case.name: entry}, registry)
+    return write_params(tmp_path / "params.yaml", mirror), registry, out_dir
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_fetch_refuses_before_writing(tmp_path: Path, case: Case) -> None:
-    params, registry, out_dir = _stage(tmp_path, case)
+    params, _registry, out_dir = _stage(tmp_path, case)
     with pytest.raises(InputError) as info:
-        fetch(case.name, params_file=str(params), registry_file=str(registry), out_dir=out_dir)
+        fetch(case.name, Layout(params.parent))
     exc = info.value
     assert (exc.file, exc.row, exc.field) == (case.file, case.row, case.field)
     text = str(exc)
@@ -221,8 +225,8 @@ def test_intact_fixtures_still_fetch(tmp_path: Path) -> None:
             file=case.file,
             extra=case.extra,
         )
-        params, registry, out_dir = _stage(tmp_path / case.id, intact)
-        meta = fetch(case.name, params_file=str(params), registry_file=str(registry), out_dir=out_dir)
+        params, _registry, out_dir = _stage(tmp_path / case.id, intact)
+        meta = fetch(case.name, Layout(params.parent))
         assert (meta["status"], meta["rows"]) == ("ok", intact.expected_rows), case.id
         assert (out_dir / f"{case.name}.parquet").is_file()
 
@@ -230,11 +234,11 @@ def test_intact_fixtures_still_fetch(tmp_path: Path) -> None:
 def test_missing_benchmark_is_still_recorded_as_missing(tmp_path: Path) -> None:
     """No file at all is not a short file: the count check never runs and the empty table is written."""
     case = CASES[0]
-    _, registry, out_dir = _stage(tmp_path, case)
+    _, _registry, out_dir = _stage(tmp_path, case)
     empty = tmp_path / "empty_mirror"
     empty.mkdir()
-    params = write_params(tmp_path / "params_empty.yaml", empty, allow_download=False)
-    meta = fetch(case.name, params_file=str(params), registry_file=str(registry), out_dir=out_dir)
+    params = write_params(tmp_path / "params.yaml", empty, allow_download=False)  # the same root, no mirror
+    meta = fetch(case.name, Layout(params.parent))
     assert (meta["status"], meta["rows"]) == ("missing", 0)
     assert (out_dir / f"{case.name}.parquet").is_file()
 

@@ -7,7 +7,6 @@ number of suite runs is kept small.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +15,13 @@ from typing import Any
 import pandas as pd
 import pytest
 from helpers.benchmarks import registry_with, write_params
+from helpers.layout import stage_env
 from helpers.paths import REPO_ROOT
 
 from guardpolicy.data.normalise import CORE_COLUMNS
 from guardpolicy.data.registry import BenchmarkSpec, parse_registry
 from guardpolicy.errors import ValidationFailed
+from guardpolicy.layout import Layout
 from guardpolicy.stages.benchmarks import validate
 from guardpolicy.validation.benchmarks import validate_benchmark
 from guardpolicy.validation.gx import SuiteResult
@@ -203,8 +204,9 @@ def _write_benchmark(in_dir: Path, name: str, frame: pd.DataFrame | None, status
 
 def _stage_inputs(root: Path) -> tuple[Path, Path]:
     """unsafe_bench good, safe_bench with a duplicate id, paired_bench missing (no parquet needed)."""
-    registry = registry_with(ENTRIES, root / "registry.yaml")
     in_dir = root / "data" / "benchmarks"
+    in_dir.mkdir(parents=True, exist_ok=True)
+    registry = registry_with(ENTRIES, root / "data" / "benchmarks.yaml")
     _write_benchmark(in_dir, "unsafe_bench", good_frame("unsafe_bench"))
     broken = good_frame("safe_bench")
     broken.loc[2, "id"] = "safe_bench:2"
@@ -216,12 +218,10 @@ def _stage_inputs(root: Path) -> tuple[Path, Path]:
 
 
 def test_stage_raises_and_still_writes_the_report(tmp_path: Path) -> None:
-    registry, in_dir = _stage_inputs(tmp_path)
-    out = tmp_path / "reports" / "validation.json"
+    _registry, _in_dir = _stage_inputs(tmp_path)
+    out = tmp_path / "reports" / "validation" / "benchmarks.json"
     with pytest.raises(ValidationFailed) as info:
-        validate(
-            registry_file=str(registry), in_dir=in_dir, out=out, params_file=str(tmp_path / "params.yaml")
-        )
+        validate(Layout(tmp_path))
 
     message = str(info.value)
     assert "1 critical expectation(s) failed" in message
@@ -244,15 +244,15 @@ def test_stage_raises_and_still_writes_the_report(tmp_path: Path) -> None:
 
 
 def test_stage_passes_on_good_tables(tmp_path: Path) -> None:
-    registry = registry_with(ENTRIES, tmp_path / "registry.yaml")
-    in_dir = tmp_path / "in"
+    in_dir = tmp_path / "data" / "benchmarks"
     for name in ("unsafe_bench", "safe_bench"):
         _write_benchmark(in_dir, name, good_frame(name))
     _write_benchmark(in_dir, "paired_bench", None, status="missing")
-    out = tmp_path / "validation.json"
-    params = write_params(tmp_path / "params.yaml", tmp_path / "mirror", min_present_benchmarks=2)
+    registry_with(ENTRIES, tmp_path / "data" / "benchmarks.yaml")
+    out = tmp_path / "reports" / "validation" / "benchmarks.json"
+    write_params(tmp_path / "params.yaml", tmp_path / "mirror", min_present_benchmarks=2)
 
-    summary = validate(registry_file=str(registry), in_dir=in_dir, out=out, params_file=str(params))
+    summary = validate(Layout(tmp_path))
 
     assert summary == {"validated": 2, "passed": 2, "failed": 0, "skipped_missing": 1}
     report = json.loads(out.read_text(encoding="utf-8"))
@@ -261,12 +261,11 @@ def test_stage_passes_on_good_tables(tmp_path: Path) -> None:
 
 
 def test_pipeline_script_exits_1_with_the_failure_on_stderr(tmp_path: Path) -> None:
-    # The script's in_dir and report path are relative defaults (data/benchmarks, reports/validation/...),
-    # so running it with cwd=tmp_path keeps everything inside the temporary folder.
-    registry, _ = _stage_inputs(tmp_path)
-    env = {**os.environ, "GX_ANALYTICS_ENABLED": "false"}
+    # As DVC runs it: DVC_ROOT names the repository-shaped tmp_path, so everything stays inside it.
+    _stage_inputs(tmp_path)
+    env = {**stage_env(tmp_path), "GX_ANALYTICS_ENABLED": "false"}
     completed = subprocess.run(
-        [sys.executable, str(SCRIPT), "--registry_file", str(registry)],
+        [sys.executable, str(SCRIPT)],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -19,6 +19,7 @@ from helpers.benchmarks import (
     HARMBENCH,
     WILDGUARD,
     entry_for_fixture,
+    fetch_layout,
     real_registry,
     registry_with,
     requires_mirror,
@@ -29,6 +30,7 @@ from helpers.paths import MIRROR, REPO_ROOT, UPSTREAM
 
 from guardpolicy.data.normalise import CORE_COLUMNS, schema_for
 from guardpolicy.data.registry import load_registry
+from guardpolicy.layout import Layout
 from guardpolicy.stages.benchmarks import fetch
 
 
@@ -85,15 +87,19 @@ def _setup(tmp_path: Path, case: Case) -> tuple[Path, Path]:
     )
     if case.unsafe is not None:
         entry["label"]["expected_unsafe_rows"] = case.unsafe
-    registry = registry_with({case.name: entry}, tmp_path / "benchmarks.yaml")
+    registry, _ = fetch_layout(tmp_path)
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    registry_with({case.name: entry}, registry)
     params = write_params(tmp_path / "params.yaml", UPSTREAM)
     return params, registry
 
 
 def _run(tmp_path: Path, case: Case, out: str = "out") -> tuple[dict, pa.Table]:
-    params, registry = _setup(tmp_path, case)
-    out_dir = tmp_path / out
-    meta = fetch(case.name, params_file=str(params), registry_file=str(registry), out_dir=out_dir)
+    root = tmp_path / out  # a repository-shaped folder per run
+    root.mkdir(parents=True, exist_ok=True)
+    _params, _registry = _setup(root, case)
+    _, out_dir = fetch_layout(root)
+    meta = fetch(case.name, Layout(root))
     table = pq.read_table(out_dir / f"{case.name}.parquet")
     return meta, table
 
@@ -130,7 +136,7 @@ def test_fixture_files_are_small() -> None:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_fetch_fixture(tmp_path: Path, case: Case) -> None:
     meta, table = _run(tmp_path, case)
-    spec = load_registry(tmp_path / "benchmarks.yaml")[case.name]
+    spec = load_registry(fetch_layout(tmp_path / "out")[0])[case.name]
 
     # schema: core columns first, then the declared extras; same as an empty table of the benchmark
     assert table.column_names[: len(CORE_COLUMNS)] == list(CORE_COLUMNS)
@@ -160,7 +166,8 @@ def test_fetch_fixture(tmp_path: Path, case: Case) -> None:
     assert meta["provenance"] == ("original" if case.status == "ok" else "derived")
     assert [f["origin"] for f in meta["files"]] == [f"mirror:{rel}" for rel in case.files]
     assert all(f["sha256_pinned"] for f in meta["files"])
-    assert meta == json.loads((tmp_path / "out" / f"{case.name}.meta.json").read_text(encoding="utf-8"))
+    meta_file = Layout(tmp_path / "out").path("benchmark_meta", benchmark=case.name)
+    assert meta == json.loads(meta_file.read_text(encoding="utf-8"))
 
     # stable: a second run gives the same ids and the same table
     _, again = _run(tmp_path, case, out="out2")
@@ -345,11 +352,8 @@ def test_real_mirror(tmp_path: Path) -> None:
     params = write_params(tmp_path / "params.yaml", MIRROR, allow_download=False)
     registry_file = REPO_ROOT / "data" / "benchmarks.yaml"
     registry = load_registry(registry_file)
-    out = tmp_path / "out"
-    metas = {
-        name: fetch(name, params_file=str(params), registry_file=str(registry_file), out_dir=out)
-        for name in ALL_NAMES
-    }
+    _, out = fetch_layout(tmp_path, registry_file)
+    metas = {name: fetch(name, Layout(params.parent)) for name in ALL_NAMES}
     for name, (rows, status) in PRESENT.items():
         table = pq.read_table(out / f"{name}.parquet")
         assert (metas[name]["status"], table.num_rows) == (status, rows), name

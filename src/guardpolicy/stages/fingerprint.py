@@ -68,14 +68,14 @@ def _read_benchmark(path: Path) -> pd.DataFrame:
 
 
 def _labelers(
-    params_file: str, params: Any, taxonomy: Any, root: Path
+    params_file: str, params: Any, taxonomy: Any, layout: Layout
 ) -> tuple[dict[str, Labeler], dict[str, dict]]:
     """The labelers of the policies that can label benchmark prompts, and every policy's status (policy
-    files as params names them, relative to the repository `root`)."""
+    files as params names them, resolved by `layout`)."""
     labelers: dict[str, Labeler] = {}
     status: dict[str, dict] = {}
     for name, policy_params in sorted(params.policies.items()):
-        policy = load_policy(root / policy_params.file, taxonomy)
+        policy = load_policy(layout.resolve(policy_params.file), taxonomy)
         if policy.name != name:
             raise ConfigError(
                 f"{params_file}: policies.{name}.file: {policy_params.file} is policy {policy.name!r}"
@@ -106,8 +106,8 @@ def fingerprint(layout: Layout | None = None) -> dict:
     taxonomy = load_taxonomy(layout.path("taxonomy"))
     registry = load_registry(layout.path("benchmark_registry"))
     facts_file = params.fingerprint.facts_file  # relative to the root, as params names it
-    entries = load_benchmark_facts(layout.root / facts_file, taxonomy, registry)
-    labelers, policy_status = _labelers(params_file, params, taxonomy, layout.root)
+    entries = load_benchmark_facts(layout.resolve(facts_file), taxonomy, registry)
+    labelers, policy_status = _labelers(params_file, params, taxonomy, layout)
 
     benchmarks: dict[str, tuple[Path, pd.DataFrame, pd.DataFrame]] = {}
     skipped: dict[str, str] = {}

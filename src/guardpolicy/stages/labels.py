@@ -22,7 +22,6 @@ from guardpolicy.taxonomy import load_taxonomy
 log = logging.getLogger(__name__)
 
 
-
 def label(policy: str, layout: Layout | None = None) -> dict[str, Any]:
     """Label the pool under `policy`; write data/labels/<policy>.parquet and reports/labels/<policy>.json
     (paths from `layout`, default: this repository; the policy file params names is relative to its root)."""
@@ -35,7 +34,7 @@ def label(policy: str, layout: Layout | None = None) -> dict[str, Any]:
         )
     policy_params = params.policies[policy]
     taxonomy = load_taxonomy(layout.path("taxonomy"))
-    policy_spec = load_policy(layout.root / policy_params.file, taxonomy)
+    policy_spec = load_policy(layout.resolve(policy_params.file), taxonomy)
     if policy_spec.name != policy:
         raise ConfigError(
             f"{params_file}: policies.{policy}.file: {policy_params.file} is policy {policy_spec.name!r}"

@@ -37,7 +37,6 @@ from guardpolicy.taxonomy import load_taxonomy
 log = logging.getLogger(__name__)
 
 
-
 def _skipped(counts: LoadCounts) -> dict[str, int]:
     return {
         "rows_read": counts.rows_read,
@@ -106,8 +105,8 @@ def build(layout: Layout | None = None) -> dict:
     pool_size = params.active.pool_size
     taxonomy = load_taxonomy(layout.path("taxonomy"))
     root = layout.root
-    registry = load_pool_registry(root / pool_params.sources_file, taxonomy)
-    mirror = root / params.data.mirror_dir
+    registry = load_pool_registry(layout.resolve(pool_params.sources_file), taxonomy)
+    mirror = layout.resolve(params.data.mirror_dir)
     out, report = layout.path("pool"), layout.path("pool_report")
     log.info(
         "pool: %d sources from %s, profile %s (pool_size %d), mirror %s (%s), downloads %s",

@@ -75,7 +75,7 @@ def _checked_params(layout: Layout, taxonomy: Taxonomy) -> Params:
     rules = {}
     for name, policy in params.policies.items():
         if policy.labeler == "rules":
-            policy_file = layout.root / policy.file
+            policy_file = layout.resolve(policy.file)
             rules[name] = {rule.name for rule in load_policy(policy_file, taxonomy).rules} | {"default"}
     registry.validate_branches(
         params, params_file, policy_rules=rules, coarse_classes=taxonomy.coarse_classes
