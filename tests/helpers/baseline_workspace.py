@@ -85,6 +85,8 @@ def build_workspace(tmp_path: Path, qwen3guard: Path) -> Path:
     (tmp_path / "data").mkdir()
     shutil.copy(REPO_ROOT / "data" / "taxonomy.yaml", tmp_path / "data" / "taxonomy.yaml")
     write_params(tmp_path / "params.yaml", tmp_path / "mirror")
+    # A repository root by guardpolicy.layout's markers, so stages run from it find it.
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
     registry = real_registry()["benchmarks"]
     registry_with({name: registry[name] for name in BENCHMARKS}, tmp_path / "data" / "benchmarks.yaml")
     for name, rows in BENCHMARKS.items():

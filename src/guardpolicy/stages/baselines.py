@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from guardpolicy.baselines import BASELINES_DIR, MODEL_PREFIX
+from guardpolicy.baselines import MODEL_PREFIX
 from guardpolicy.baselines.backends import (
     DEFAULT_CLASSIFIER_MAX_LENGTH,
     LoadPolicy,
@@ -47,16 +47,9 @@ from guardpolicy.errors import ConfigError
 from guardpolicy.evaluation.metrics import DIGITS, SUBSETS, auprc, cap, f1, headline, over_ref
 from guardpolicy.evaluation.scoring import log_truncation, prediction_columns
 from guardpolicy.io import write_json, write_parquet
-from guardpolicy.stages.evaluate import (
-    BENCHMARKS_DIR,
-    CLEAN_DIR,
-    LABELS_DIR,
-    POOL_FILE,
-    REGISTRY_FILE,
-    SPLITS_DIR,
-    load_items,
-)
-from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+from guardpolicy.layout import Layout
+from guardpolicy.stages.evaluate import load_items
+from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
 
 log = logging.getLogger(__name__)
@@ -334,37 +327,34 @@ def baseline_metrics(
 # -------------------------------------------------------------------------------------------------- stage
 
 
-def baseline(
-    guard: str,
-    params_file: str = "params.yaml",
-    out_dir: str = BASELINES_DIR,
-    registry_file: str | None = None,
-    benchmarks_registry: str = REGISTRY_FILE,
-    benchmarks_dir: str = BENCHMARKS_DIR,
-    clean_dir: str = CLEAN_DIR,
-    splits_dir: str = SPLITS_DIR,
-    pool_file: str = POOL_FILE,
-    labels_dir: str = LABELS_DIR,
-    taxonomy_file: str = TAXONOMY_FILE,
-    cache_dir: str | None = None,
-    device: str | None = None,
-) -> dict[str, Any]:
-    """Stage baseline@<guard>: the guard's answers on every evaluation item -> reports/baselines/<guard>/."""
-    params = load_params(params_file)
+def baseline(guard: str, layout: Layout | None = None, device: str | None = None) -> dict[str, Any]:
+    """Stage baseline@<guard>: the guard's answers on every evaluation item -> reports/baselines/<guard>/
+    (paths from `layout`, default: this repository; the guard registry and answer cache params names are
+    relative to its root). `device` overrides the backend's choice (e.g. cpu)."""
+    layout = layout or Layout.discover()
+    params_file = layout.relative("params")
+    params = load_params(layout.path("params"))
     settings = params.baselines
     config = guard_config(params, guard, params_file)
-    spec = guard_spec(registry_file or settings.registry, guard)
+    registry_file = layout.resolve(settings.registry)
+    spec = guard_spec(registry_file, guard)
     headline_mapping = config.mapping or spec.default_mapping
-    taxonomy = load_taxonomy(taxonomy_file)
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
     policies = list(params.policies)
     items, roles = load_items(
-        params, benchmarks_registry, benchmarks_dir, clean_dir, splits_dir, pool_file, labels_dir
+        params,
+        layout.path("benchmark_registry"),
+        layout.path("benchmarks"),
+        layout.path("clean_benchmarks"),
+        layout.path("splits"),
+        layout.path("pool"),
+        layout.path("labels"),
     )
     items = items.sort_values(["dataset", "id"], kind="stable").reset_index(drop=True)
     relaxed_adapter, strict_adapter = build_adapter(spec, "relaxed"), build_adapter(spec, "strict")
     # The backend first: a refused model (pickle-only weights, say) stops the run before the cache opens.
-    runner = build_backend(guard, config, spec, device, registry_file or settings.registry)
-    cache = GenerationCache(cache_dir or settings.cache_dir)
+    runner = build_backend(guard, config, spec, device, registry_file)
+    cache = GenerationCache(layout.resolve(settings.cache_dir))
     backend = CachedBackend(runner, cache)
     decoding = Decoding(
         max_new_tokens=settings.max_new_tokens, temperature=0.0, top_logprobs=settings.top_logprobs
@@ -403,8 +393,8 @@ def baseline(
         policies=policies,
         tokens=tokens,
     )
-    target = Path(out_dir) / guard
-    write_parquet(target / "predictions.parquet", table)
+    target = layout.path("baseline_predictions", guard=guard).parent
+    write_parquet(layout.path("baseline_predictions", guard=guard), table)
     metrics = baseline_metrics(
         table.to_pandas(),
         model_name=model_name,
@@ -439,7 +429,7 @@ def baseline(
     )
     # The file holds what the answers say, so a cached rerun writes the same bytes; how the answers were
     # obtained (generated or from the cache) is logged and returned, not written.
-    write_json(target / "metrics.json", metrics)
+    write_json(layout.path("baseline_metrics", guard=guard), metrics)
     metrics = {**metrics, "cache": backend.stats.as_dict()}
     generated = backend.stats.prompts_generated
     log.info(
