@@ -18,10 +18,11 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from guardpolicy.errors import ConfigError
+from guardpolicy.layout import relative_path
 
 T = TypeVar("T")
 
-PARAMS_FILE = "params.yaml"
+PARAMS_FILE = relative_path("params")
 
 
 def _type_name(value: Any) -> str:
@@ -268,7 +269,7 @@ class PoolConfig:
     """The prompt pool. Read by the pool stage; its size comes from the profile (`pool_size`)."""
 
     # The pool source registry: public sets, generated cells and the user's own files.
-    sources_file: str = "data/pool.yaml"
+    sources_file: str = relative_path("pool_config")
     # Seeds the per-source sampling and the generated cells, so the pool is deterministic.
     seed: int = 13
     # Prompts longer than this (characters) are dropped and counted, not truncated.
@@ -303,7 +304,7 @@ class CommitteeConfig:
     # Name of the environment variable holding the API key (None: send no Authorization header).
     api_key_env: str | None = "OPENAI_API_KEY"
     # Answers are cached here by (model, round, sample, policy, prompt) so a rerun costs nothing.
-    cache_dir: str = ".cache/committee"
+    cache_dir: str = relative_path("committee_cache")
     timeout_s: float = 60.0
     # Re-asks after an unparseable answer or a transient HTTP error, per call.
     max_retries: int = 2
@@ -724,7 +725,7 @@ class FingerprintConfig:
     """Stage fingerprint: benchmark prompts labelled by each policy's labeler."""
 
     # Facts of each benchmark's prompts (for the rules labeler), like data/pool.yaml's sources.
-    facts_file: str = "data/benchmark_facts.yaml"
+    facts_file: str = relative_path("benchmark_facts")
 
 
 @dataclass(frozen=True)
@@ -760,14 +761,14 @@ class BaselineGuardConfig:
 class BaselinesConfig:
     """The optional open-guard sub-pipeline (pipelines/baselines/dvc.yaml)."""
 
-    registry: str = "data/baselines.yaml"
+    registry: str = relative_path("baseline_registry")
     guards: dict[str, BaselineGuardConfig] = field(default_factory=dict)
     # What an answer the parser cannot read counts as: unsafe, safe, or excluded (and counted) from the rates.
     failure_policy: Literal["unsafe", "safe", "exclude"] = "exclude"
     max_new_tokens: int = 32
     top_logprobs: int = 5
     # Raw generations, keyed by model + revision + template + decoding + prompt (never a DVC output).
-    cache_dir: str = ".cache/baselines"
+    cache_dir: str = relative_path("baseline_cache")
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0 or not 1 <= self.top_logprobs <= 20:

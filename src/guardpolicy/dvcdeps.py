@@ -26,11 +26,12 @@ from typing import Any
 
 from guardpolicy.config import PARAMS_FILE, Params, load_params, load_yaml
 from guardpolicy.errors import ConfigError
+from guardpolicy.layout import relative_path
 from guardpolicy.timing import STAGE_ENV
 
-DVC_FILE = "dvc.yaml"
+DVC_FILE = relative_path("pipeline")
 # Where a user's own pool files go: a declared dependency folder of stage `pool`.
-USER_DATA_DIR = "data/user"
+USER_DATA_DIR = relative_path("user_data")
 
 _INTERPOLATION = re.compile(r"\$\{\s*([^}\s]+)\s*\}")
 

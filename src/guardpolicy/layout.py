@@ -104,6 +104,9 @@ ARTIFACTS: Mapping[str, Artifact] = {
     "baseline_metrics": Artifact("reports/baselines/{guard}/metrics.json", "its metrics (metric)"),
     "guard_card": Artifact("reports/guards/{guard}.md", "the guard's card"),
     "guard_card_json": Artifact("reports/guards/{guard}.json", "the card's numbers"),
+    # The pipeline definitions (DVC's, read by the dependency checks; not artifacts of a stage).
+    "pipeline": Artifact("dvc.yaml", "the DAG", dvc=False),
+    "baselines_pipeline": Artifact("pipelines/baselines/dvc.yaml", "the optional open-guard DAG", dvc=False),
     # Caches and tools: never DVC outputs (DVC deletes outputs before a rerun; caches must survive it).
     "train_work": Artifact(".cache/train/{model}", "a run's resumable training state", dvc=False),
     "committee_cache": Artifact(".cache/committee", "LLM judges' answers", dvc=False),
@@ -111,6 +114,12 @@ ARTIFACTS: Mapping[str, Artifact] = {
     "tune_work": Artifact(".cache/tune", "the tune study's runs", dvc=False),
     "tune_reports": Artifact("reports/tune", "the tune study's tables", dvc=False),
 }
+
+
+def relative_path(name: str, **values: str) -> str:
+    """Artifact `name`'s path relative to the root, e.g. for a params default or a message; `Layout.path`
+    gives the path to read or write."""
+    return Layout(Path(".")).relative(name, **values)
 
 
 def fields(template: str) -> list[str]:

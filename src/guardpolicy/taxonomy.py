@@ -12,8 +12,9 @@ from pathlib import Path
 
 from guardpolicy.config import load_yaml
 from guardpolicy.errors import ConfigError
+from guardpolicy.layout import relative_path
 
-TAXONOMY_FILE = "data/taxonomy.yaml"
+TAXONOMY_FILE = relative_path("taxonomy")
 COARSE_CLASSES = ("GENERIC_SAFE", "BOUNDARY_SAFE", "HARMFUL", "COMPOUND")
 PILLAR_COUNT = 24
 PILLAR_PREFIX = "pillar_"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -105,3 +106,54 @@ def test_root_from_dvc_then_from_the_nearest_repository_folder(tmp_path: Path) -
     with pytest.raises(ConfigError, match="not inside a guardpolicy repository"):
         find_root(tmp_path, environ={})
     assert Layout.discover(REPO_ROOT / "src").root == REPO_ROOT.resolve()
+
+
+# Where a repository path starts (layout templates' first parts), and whole templates that name a file.
+_PATH_START = re.compile(r"(^|[\s`'(\"])((data|reports|models|\.cache)/|(params|dvc)\.yaml\b)")
+
+
+def _path_literals(source: Path) -> list[tuple[int, str]]:
+    """String constants of a module (docstrings aside) that spell a repository path."""
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    whole = {a.template for a in ARTIFACTS.values() if "/" in a.template or "." in a.template}
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and (_PATH_START.search(node.value) or node.value in whole)
+    ]
+
+
+def test_no_module_spells_an_artifact_path_outside_the_layout() -> None:
+    package = REPO_ROOT / "src" / "guardpolicy"
+    found = {
+        f"{path.relative_to(REPO_ROOT)}:{line}": text[:80]
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "layout.py"
+        for line, text in _path_literals(path)
+    }
+    assert not found, f"use guardpolicy.layout (Layout.path / relative_path) instead: {found}"
+
+
+def test_the_literal_scan_finds_what_it_should(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        '"""Docstrings may name data/pool/pool.parquet."""\n'
+        'A = "data/pool/pool.parquet"\n'
+        'B = f"see reports/{x}.json"\n'
+        'C = "params.yaml"\n'
+        'D = "models"  # a word, not a path\n'
+        'E = "pipelines/baselines/dvc.yaml"\n',
+        encoding="utf-8",
+    )
+    assert sorted(line for line, _ in _path_literals(module)) == [2, 3, 4, 6]

@@ -59,6 +59,7 @@ from guardpolicy.analysis.stats import (
 )
 from guardpolicy.config import LoadConfig
 from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.layout import relative_path
 
 log = logging.getLogger(__name__)
 
@@ -632,7 +633,8 @@ def load_contrast(
     result["capability_ci_low"], result["capability_ci_high"] = _interval(capability_draws, confidence)
     if policy_point is None or capability_point is None:
         if grouping == FINGERPRINT_GROUPING and all(s.swing is None for s in chosen.values()):
-            reason = "no fingerprint swing for any benchmark (reports/fingerprint.json absent or empty)"
+            fingerprint = relative_path("fingerprint_json")
+            reason = f"no fingerprint swing for any benchmark ({fingerprint} absent or empty)"
         else:
             reason = f"no {'policy' if policy_point is None else 'capability'}-load benchmark with a span"
         result.update(
@@ -794,7 +796,9 @@ def swing_vs_span_table(spans: Sequence[Span], subset: str, mapping: str, confid
                 "ci_low": low,
                 "ci_high": high,
                 "swing_resampled": False,
-                "note": test.note if with_swing else "no fingerprint swing (reports/fingerprint.json)",
+                "note": test.note
+                if with_swing
+                else f"no fingerprint swing ({relative_path('fingerprint_json')})",
             }
         )
     return pd.DataFrame(rows, columns=list(SWING_SPAN_COLUMNS))

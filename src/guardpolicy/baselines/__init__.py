@@ -10,7 +10,9 @@
 * `registry`: data/baselines.yaml, the guards with pinned revisions and their hardware needs.
 """
 
+from guardpolicy.layout import relative_path
+
 # Where stage baseline@<guard> writes <guard>/predictions.parquet and metrics.json, and the model name its
 # predictions carry (`baseline-<guard>`); the analysis reads both.
-BASELINES_DIR = "reports/baselines"
+BASELINES_DIR = relative_path("baselines")
 MODEL_PREFIX = "baseline-"

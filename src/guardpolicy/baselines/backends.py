@@ -58,6 +58,7 @@ from transformers import (
 from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter, PromptTokens
 from guardpolicy.errors import ConfigError, GuardpolicyError
 from guardpolicy.labeling.committee import RETRY_STATUSES, ChatClient
+from guardpolicy.layout import relative_path
 from guardpolicy.modeling.weights import (
     check_weights,
     code_kwargs,
@@ -160,7 +161,7 @@ class LoadPolicy:
     allow_pickle: bool = False
     trust_remote_code: bool = False
     entry: str = "guards.<name>"
-    entry_file: str = "data/baselines.yaml"
+    entry_file: str = relative_path("baseline_registry")
 
 
 class _LocalModel:

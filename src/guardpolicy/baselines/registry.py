@@ -25,8 +25,9 @@ from guardpolicy.baselines.adapters import (
 from guardpolicy.baselines.base import GuardAdapter
 from guardpolicy.config import BaselineGuardConfig, Params, from_mapping, load_yaml
 from guardpolicy.errors import ConfigError
+from guardpolicy.layout import relative_path
 
-REGISTRY_FILE = "data/baselines.yaml"
+REGISTRY_FILE = relative_path("baseline_registry")
 AdapterFamily = Literal["qwen3guard", "granite_guardian", "llama_guard", "encoder_classifier"]
 _REVISION = re.compile(r"^[0-9a-f]{40}$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -23,15 +23,17 @@ from pathlib import Path
 
 import yaml
 
+from guardpolicy.layout import relative_path
+
 PACKAGE = "guardpolicy"
 SOURCE_ROOT = "src"
-DVC_FILES = ("dvc.yaml", "pipelines/baselines/dvc.yaml")
+DVC_FILES = (relative_path("pipeline"), relative_path("baselines_pipeline"))
 # Modules whose edits cannot change any stage's outputs (relative to src/), and why. Keep this short: anything
 # that shapes a number, a row or a file a stage writes belongs in the stage's deps.
 IGNORED: Mapping[str, str] = {
     "guardpolicy/runner.py": "process glue: logging set-up, exit status, import timing of the stage script",
-    "guardpolicy/timing.py": "writes reports/timings/<stage>.json, which only the `timings` stage reads "
-    "(that stage lists it)",
+    "guardpolicy/timing.py": f"writes {relative_path('stage_timing', stage='<stage>')}, which only the "
+    "`timings` stage reads (that stage lists it)",
     "guardpolicy/errors.py": "exception classes: an error's wording never reaches an output",
     "guardpolicy/dvcdeps.py": "a precondition check (runner): it refuses to start a stage whose named input "
     "files are not declared deps, and never changes what a stage writes",

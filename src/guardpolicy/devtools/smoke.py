@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from guardpolicy.errors import ConfigError
+from guardpolicy.layout import Layout, relative_path
 
 BIN = Path(sys.executable).parent
 DVC = str(BIN / "dvc")
@@ -83,6 +84,11 @@ def ran_stages(result: subprocess.CompletedProcess) -> set[str]:
     }
 
 
+# What a fresh user's first run starts without: DVC's lock, the committed reports and the tests.
+LOCK_FILE = "dvc.lock"
+LEFT_OUT = (f"{Path(relative_path('report')).parent.as_posix()}/", "tests/")
+
+
 def copy_checkout(source: Path, destination: Path) -> None:
     """Tracked and untracked-but-not-ignored files: what a clone plus the working change would hold.
 
@@ -96,8 +102,8 @@ def copy_checkout(source: Path, destination: Path) -> None:
         check=True,
     ).stdout.decode()
     for relative in filter(None, listed.split("\0")):
-        if relative == "dvc.lock" or (
-            relative.startswith(("reports/", "tests/")) and relative != "reports/baselines/README.md"
+        if relative == LOCK_FILE or (
+            relative.startswith(LEFT_OUT) and relative != f"{relative_path('baselines')}/README.md"
         ):
             continue
         if (source / relative).is_file():
@@ -108,7 +114,7 @@ def copy_checkout(source: Path, destination: Path) -> None:
 
 def smoke_params(source: Path, mirror_dir: Path) -> dict[str, Any]:
     """The checkout's params.yaml on the smoke profile, reading the benchmark mirror, never downloading."""
-    params = yaml.safe_load((source / "params.yaml").read_text(encoding="utf-8"))
+    params = yaml.safe_load(Layout(source).path("params").read_text(encoding="utf-8"))
     params["profile"] = "smoke"
     params["data"] = {
         **params.get("data", {}),
@@ -141,8 +147,8 @@ def reduce_study(params: dict[str, Any]) -> dict[str, Any]:
 def keep_benchmarks(work: Path, params: dict[str, Any], names: tuple[str, ...]) -> None:
     """Trim the copied registry to `names` (fewer fetch@ stages), with the benchmark facts and the analysis's
     load groups, which must name registry benchmarks only."""
-    for relative in ("data/benchmarks.yaml", "data/benchmark_facts.yaml"):
-        path = work / relative
+    for name in ("benchmark_registry", "benchmark_facts"):
+        path = Layout(work).path(name)
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
         unknown = set(names) - set(document["benchmarks"])
         if unknown:
@@ -177,7 +183,7 @@ def init_workspace(
         params = reduce_study(params)
         keep_benchmarks(work, params, REDUCED_BENCHMARKS)
         params["data"]["min_present_benchmarks"] = REDUCED_MIN_PRESENT
-    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    Layout(work).path("params").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     run([GUARDPOLICY, "plan"], work, env)
     commit(work, env, f"smoke study ({scope})")
     return params

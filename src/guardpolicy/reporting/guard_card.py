@@ -15,6 +15,7 @@ import pandas as pd
 from guardpolicy.analysis.baselines import BASELINE_KIND, HEADLINE_ROWS, guard_headline, guard_model_name
 from guardpolicy.analysis.scores import MEAN_HARMFUL
 from guardpolicy.analysis.summary import clean_tree
+from guardpolicy.layout import relative_path
 from guardpolicy.reporting.report import MISSING, fmt, fmt_ci, fmt_count, fmt_signed, markdown_table
 
 
@@ -148,7 +149,7 @@ def guard_card(
         "",
         "Per scale, our best mean CAP (seed "
         f"{main_seed}) at the threshold matched to the guard's over-refusal on the calibration split "
-        "(reports/analysis/calibration.csv):",
+        f"({relative_path('analysis_table', table='calibration')}):",
         "",
         *markdown_table(
             ["mapping", "guard CAP", "best of ours (per scale)"],

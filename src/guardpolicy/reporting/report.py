@@ -19,9 +19,10 @@ from guardpolicy.analysis.baselines import BASELINE_KIND, GUARD_MAPPING
 from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL, MEAN_PREFIX
 from guardpolicy.baselines import MODEL_PREFIX
 from guardpolicy.errors import InputError
+from guardpolicy.layout import relative_path
 
 # Where branch_headline's scores come from when the caller does not say (error messages name it).
-SCORES_FILE = "reports/analysis/scores.csv"
+SCORES_FILE = relative_path("analysis_table", table="scores")
 # Table 1's means: column -> (scores.csv benchmark key, metric, the role of the benchmarks averaged).
 HEADLINE_MEANS = {"cap": (MEAN_HARMFUL, "cap", "harmful"), "over_ref": (MEAN_BENIGN, "over_ref", "benign")}
 # The contract's COPY: capture on HarmBench-copyright; XSTest is the over-refusal set with prompt types.
@@ -711,7 +712,7 @@ def _table1(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
     )
     capability, grouping = _capability_rows(inputs)
     if capability is None:
-        source = inputs.sources.get("capability_headline", "reports/analysis/headline.csv")
+        source = inputs.sources.get("capability_headline", relative_path("analysis_table", table="headline"))
         first = (
             f"No capability-load CAP, AUROC or matched CAP: `{source}` is absent or has no capability-load "
             "harmful set. "
@@ -894,7 +895,7 @@ def _span_scale(inputs: ReportInputs) -> list[str]:
     title = "### Per scale: Δ against the seed noise of as many runs"
     table = inputs.span_scale
     if table is None:
-        source = inputs.sources.get("span_scale", "reports/analysis/span_scale.csv")
+        source = inputs.sources.get("span_scale", relative_path("analysis_table", table="span_scale"))
         return [title, "", f"`{source}` is absent, so Δ is not compared with Φ per scale.", ""]
     chosen = headline_rows(table, inputs.subset, inputs.mapping).copy()
     chosen["_scale"] = [_scale_rank(inputs, str(x)) for x in chosen["scale"]]
@@ -959,7 +960,7 @@ def _swing_table(inputs: ReportInputs) -> list[str]:
 
 
 def _noise_floor(inputs: ReportInputs) -> list[str]:
-    source = inputs.sources.get("noise_floor", "reports/analysis/noise_floor.csv")
+    source = inputs.sources.get("noise_floor", relative_path("analysis_table", table="noise_floor"))
     floor = inputs.noise_floor
     if floor is None:
         return [
@@ -1097,9 +1098,10 @@ def _baselines(inputs: ReportInputs) -> list[str]:
         return [
             title,
             "",
-            "No open guard was run. The optional sub-pipeline `pipelines/baselines/dvc.yaml` scores "
-            "Qwen3Guard, Granite Guardian or Llama Guard (data/baselines.yaml) on the same items: configure "
-            "`baselines.guards` in params.yaml and run `dvc repro pipelines/baselines/dvc.yaml` (README, "
+            f"No open guard was run. The optional sub-pipeline `{relative_path('baselines_pipeline')}` "
+            "scores Qwen3Guard, Granite Guardian or Llama Guard "
+            f"({relative_path('baseline_registry')}) on the same items: configure `baselines.guards` in "
+            f"{relative_path('params')} and run `dvc repro {relative_path('baselines_pipeline')}` (README, "
             '"Open guard baselines").',
             "",
         ]
@@ -1192,7 +1194,7 @@ def _calibrated(inputs: ReportInputs, guards: list[str]) -> list[str]:
     table = inputs.calibration
     title = "### Calibrated comparison — our models at each guard's over-refusal"
     if table is None or table.empty:
-        source = inputs.sources.get("calibration", "reports/analysis/calibration.csv")
+        source = inputs.sources.get("calibration", relative_path("analysis_table", table="calibration"))
         return [title, "", f"No calibrated comparison: `{source}` is absent or empty.", ""]
     lines = [
         title,
@@ -1204,7 +1206,7 @@ def _calibrated(inputs: ReportInputs, guards: list[str]) -> list[str]:
         "split only and then applied unchanged to the benchmarks (subset "
         f"`{inputs.subset}`). CAP / OVER-REF: means over the harmful / benign sets (no interval: the "
         "threshold's own uncertainty is not resampled); COPY with its Wilson interval. Full table: "
-        "`reports/analysis/calibration.csv`.",
+        f"`{relative_path('analysis_table', table='calibration')}`.",
         "",
     ]
     for guard in guards:
@@ -1624,7 +1626,7 @@ def _xstest(inputs: ReportInputs, headline: pd.DataFrame) -> list[str]:
 
 
 def _fingerprint(inputs: ReportInputs) -> list[str]:
-    source = inputs.sources.get("fingerprint", "reports/fingerprint.csv")
+    source = inputs.sources.get("fingerprint", relative_path("fingerprint"))
     table = inputs.fingerprint
     if table is None or table.empty:
         return [

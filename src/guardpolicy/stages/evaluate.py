@@ -47,12 +47,6 @@ from guardpolicy.training import branches as plan_registry
 
 log = logging.getLogger(__name__)
 
-REGISTRY_FILE = "data/benchmarks.yaml"
-BENCHMARKS_DIR = "data/benchmarks"
-CLEAN_DIR = "data/benchmarks_clean"
-SPLITS_DIR = "data/splits"
-POOL_FILE = "data/pool/pool.parquet"
-LABELS_DIR = "data/labels"
 MISSING_STATUS = "missing"
 CARD_FILE = "model_card.json"
 # A fixed timestamp for the members of the features archive, so the same arrays give the same bytes.
@@ -92,12 +86,12 @@ def present_benchmarks(registry_file: str | Path, benchmarks_dir: str | Path) ->
 
 def load_items(
     params: Params,
-    registry_file: str | Path = REGISTRY_FILE,
-    benchmarks_dir: str | Path = BENCHMARKS_DIR,
-    clean_dir: str | Path = CLEAN_DIR,
-    splits_dir: str | Path = SPLITS_DIR,
-    pool_file: str | Path = POOL_FILE,
-    labels_dir: str | Path = LABELS_DIR,
+    registry_file: str | Path,
+    benchmarks_dir: str | Path,
+    clean_dir: str | Path,
+    splits_dir: str | Path,
+    pool_file: str | Path,
+    labels_dir: str | Path,
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """The evaluation items (sorted by dataset, id) and each scored benchmark's role."""
     policies = list(params.policies)

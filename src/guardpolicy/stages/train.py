@@ -299,7 +299,7 @@ def _train_run(
             "outputs_sha256": data_hashes[outputs],
             "card": _card_of(layout.path("model", model=registry.teacher_name(run.teacher))),
         }
-    encoder = _scale_encoder(params, run.scale, "params.yaml")
+    encoder = _scale_encoder(params, run.scale, layout.relative("params"))
     init_from = run.params.get("branch", {}).get("init_from", registry.PRETRAINED)
     card = model_card(
         name=run.name,

@@ -29,13 +29,14 @@ import pandas as pd
 
 from guardpolicy.config import EncoderConfig
 from guardpolicy.errors import InputError
+from guardpolicy.layout import relative_path
 
 # torch, transformers and the loop are imported where used: the `guardpolicy` command imports this module
 # for every sub-command, and those imports alone take seconds.
 
 log = logging.getLogger(__name__)
 
-POOL_FILE = "data/pool/pool.parquet"
+POOL_FILE = relative_path("pool")
 NUM_CLASSES = 4
 NUM_PILLARS = 24
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from guardpolicy.layout import relative_path
 from guardpolicy.taxonomy import Taxonomy
 from guardpolicy.validation.gx import Check, SuiteResult, run_checks
 
@@ -156,14 +157,14 @@ def pool_checks(frame: pd.DataFrame) -> list[Check]:
         checks.append(
             Check(
                 e.ExpectColumnValuesToBeNull(column="unknown_facts"),
-                description="facts are taxonomy facts (data/taxonomy.yaml `facts`)",
+                description=f"facts are taxonomy facts ({relative_path('taxonomy')} `facts`)",
             )
         )
     if "unknown_pillars" in present:
         checks.append(
             Check(
                 e.ExpectColumnValuesToBeNull(column="unknown_pillars"),
-                description="pillars are taxonomy pillars (data/taxonomy.yaml `pillars`)",
+                description=f"pillars are taxonomy pillars ({relative_path('taxonomy')} `pillars`)",
             )
         )
     if PROMPT_LENGTH in present:

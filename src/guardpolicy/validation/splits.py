@@ -14,6 +14,7 @@ import pandas as pd
 
 from guardpolicy.audit.normalise import normalise_text
 from guardpolicy.config import NormaliseConfig, SplitConfig
+from guardpolicy.layout import relative_path
 from guardpolicy.taxonomy import Taxonomy
 from guardpolicy.validation.gx import EXAMPLES, Check, SuiteResult, run_checks
 
@@ -250,7 +251,8 @@ def validate_clean_benchmark(
         Check(e.ExpectColumnValuesToBeUnique(column="id"), description="ids are unique"),
         Check(
             e.ExpectColumnValuesToBeInSet(column="id_in_original", value_set=[True]),
-            description=f"every id is in the original data/benchmarks/{name}.parquet (a subset)",
+            description=f"every id is in the original {relative_path('benchmark', benchmark=name)} "
+            "(a subset)",
         ),
         Check(
             e.ExpectColumnValuesToBeInSet(column="prompt_matches_original", value_set=[True]),
