@@ -173,6 +173,23 @@ def test_a_second_repro_runs_nothing(reduced_repo):
     assert not ran_stages(result)
 
 
+def test_a_docstring_edit_in_a_module_of_one_stage_reruns_only_that_stage(reduced_repo):
+    """Code deps are exact (guardpolicy.devtools.codedeps): analysis/xstest.py is imported by stage analyse
+    alone, so an edit there makes analyse alone stale; `dvc repro` reruns it and then only what reads an
+    output that changed (its timing record: stage timings). Its tables come out the same, so report does
+    not rerun."""
+    work, env, _ = reduced_repo
+    module = work / "src" / "guardpolicy" / "analysis" / "xstest.py"
+    original = module.read_text(encoding="utf-8")
+    module.write_text(original.replace('"""', '"""An edited docstring. ', 1), encoding="utf-8")
+    try:
+        assert set(json.loads(run([DVC, "status", "--json"], work, env).stdout)) == {"analyse"}
+        assert ran_stages(run([DVC, "repro"], work, env)) == {"analyse", "timings"}
+    finally:
+        module.write_text(original, encoding="utf-8")
+        run([DVC, "repro"], work, env)  # back to the committed code for the tests below
+
+
 def test_one_params_change_reruns_exactly_the_stages_that_read_it(reduced_repo):
     """E8's distillation weight is read by train@small-E8 only: it and what depends on it rerun, nothing else.
 
