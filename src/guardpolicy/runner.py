@@ -60,14 +60,20 @@ def with_layout(function: Callable[..., Any]) -> Callable[..., Any]:
     if "layout" not in signature.parameters:
         return function
 
+    visible = signature.replace(parameters=[p for p in signature.parameters.values() if p.name != "layout"])
+
     def call(*args: Any, **kwargs: Any) -> Any:
         from guardpolicy.layout import Layout
 
-        return function(*args, layout=Layout.discover(), **kwargs)
+        # Bind against the signature without `layout`, then rebuild the call on the full signature: fire hands
+        # optional parameters positionally (their defaults included), so a parameter declared after `layout`
+        # (baseline's `device`) would otherwise land on `layout` itself.
+        given = visible.bind(*args, **kwargs).arguments | {"layout": Layout.discover()}
+        ordered = {name: given[name] for name in signature.parameters if name in given}
+        call_with = inspect.BoundArguments(signature, ordered)  # type: ignore[arg-type]
+        return function(*call_with.args, **call_with.kwargs)
 
-    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[p for p in signature.parameters.values() if p.name != "layout"]
-    )
+    call.__signature__ = visible  # type: ignore[attr-defined]
     call.__doc__, call.__name__ = function.__doc__, function.__name__
     return call
 

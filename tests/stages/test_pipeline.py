@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import subprocess
 import sys
 from pathlib import Path
 
+import fire
 import pytest
 import yaml
 from dvc.dependency.param import ParamsDependency
@@ -17,6 +19,8 @@ from helpers.paths import REPO_ROOT
 
 from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
+from guardpolicy.layout import Layout
+from guardpolicy.runner import with_layout
 
 DVC = str(Path(sys.executable).with_name("dvc"))
 
@@ -145,6 +149,74 @@ def test_stage_scripts_are_one_run_stage_call_to_an_existing_function(stages):
             n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
         ]
         assert len(statements) == 2, f"{script}: an import and the __main__ guard only"
+
+
+def _run_stage_targets() -> dict[str, str]:
+    """pipelines/ script name -> its run_stage target, for every script that is a stage (bench_train.py, a
+    measurement, is not)."""
+    targets = {}
+    for script in sorted((REPO_ROOT / "pipelines").glob("*.py")):
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "run_stage":
+                targets[script.name] = node.args[0].value
+    return targets
+
+
+STAGE_SCRIPTS = _run_stage_targets()
+
+
+def test_every_pipelines_script_but_the_benchmark_is_a_stage_script():
+    assert len(STAGE_SCRIPTS) >= 21 and "baseline.py" in STAGE_SCRIPTS and "guard_card.py" in STAGE_SCRIPTS
+    others = {p.name for p in (REPO_ROOT / "pipelines").glob("*.py")} - set(STAGE_SCRIPTS)
+    assert others == {"bench_train.py"}
+
+
+@pytest.mark.parametrize("script", sorted(STAGE_SCRIPTS))
+def test_a_stage_scripts_command_line_reaches_its_function_with_the_layout(script, monkeypatch):
+    """Every pipelines/ script, also those of stages the default params leave out (baseline@, guard_card@):
+    the command line DVC runs (the foreach key as the only positional argument) binds the key to the
+    function's first parameter, `layout` to the repository and every other parameter to its default. A
+    recorder with the function's signature stands in for the function, so nothing heavy runs."""
+    module, _, name = STAGE_SCRIPTS[script].partition(":")
+    signature = inspect.signature(getattr(importlib.import_module(module), name))
+    calls: list[inspect.BoundArguments] = []
+
+    def recorder(*args, **kwargs):
+        calls.append(signature.bind(*args, **kwargs))
+
+    recorder.__signature__ = signature
+    required = [
+        p.name
+        for p in signature.parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    assert len(required) <= 1, f"{script}: a stage takes at most its foreach key positionally"
+    monkeypatch.setenv("DVC_ROOT", str(REPO_ROOT))
+    fire.Fire(with_layout(recorder), command=["the-key"] * len(required), name=script)
+    (bound,) = calls
+    assert isinstance(bound.arguments["layout"], Layout) and bound.arguments["layout"].root == REPO_ROOT
+    for parameter in signature.parameters.values():
+        if parameter.name in required:
+            assert bound.arguments[parameter.name] == "the-key"
+        elif parameter.name != "layout":
+            assert bound.arguments.get(parameter.name, parameter.default) == parameter.default, parameter.name
+
+
+def test_an_option_declared_after_layout_reaches_its_parameter(monkeypatch):
+    """baseline(guard, layout=None, device=None): fire passes `device` positionally; it must not displace
+    `layout` (the bug CI's e2e run hit: "got multiple values for argument 'layout'")."""
+    seen = {}
+
+    def stage(guard: str, layout: Layout | None = None, device: str | None = None) -> None:
+        seen.update(guard=guard, layout=layout, device=device)
+
+    monkeypatch.setenv("DVC_ROOT", str(REPO_ROOT))
+    fire.Fire(with_layout(stage), command=["qwen", "--device=cpu"], name="baseline")
+    assert seen["guard"] == "qwen" and seen["device"] == "cpu" and seen["layout"].root == REPO_ROOT
+    seen.clear()
+    fire.Fire(with_layout(stage), command=["qwen"], name="baseline")
+    assert seen["device"] is None and isinstance(seen["layout"], Layout)
 
 
 def test_stage_imports_pauses_the_collector_then_freezes_and_restores_it():
