@@ -1,5 +1,7 @@
-"""One implementation of each metric: the evaluate@ path (metrics.json) and the analysis path (scores.csv
-point estimates) must give the very same floats - bit for bit, not approximately - on any data.
+"""One implementation of each metric (guardpolicy.metrics): the evaluate@ path (metrics.json, the scalar
+functions) and the analysis path (scores.csv point estimates, the array functions on unit weights) must give
+the very same floats - bit for bit, not approximately - on any data, and the same floats as the separate
+implementations they replaced (kept verbatim below as references), so committed outputs cannot change.
 
 Varied toy data: random sizes (one item to a few thousand), many tied scores, single-class sets (all unsafe,
 all safe), empty sets, float32 scores as the predictions store them, NaN scores, and excluded decisions (a
@@ -8,11 +10,15 @@ guard's unparsed answer, left out of that model's rates).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pandas as pd
 import pytest
 
+from guardpolicy import metrics
 from guardpolicy.analysis.scores import DatasetMatrix, dataset_draws
-from guardpolicy.evaluation import metrics as evaluation_metrics
+from guardpolicy.metrics import auroc, average_precision
 
 MAPPINGS = ("default", "boundary_unsafe")
 
@@ -58,11 +64,11 @@ def _analysis_points(matrix: DatasetMatrix) -> dict[str, np.ndarray]:
 def _evaluation_values(expected: np.ndarray, predicted: np.ndarray, score: np.ndarray) -> dict:
     """metric -> the evaluate@ scalar of one model, on the rows it has a decision for."""
     return {
-        "cap": evaluation_metrics.cap(expected, predicted),
-        "over_ref": evaluation_metrics.over_ref(expected, predicted),
-        "f1": evaluation_metrics.f1(expected, predicted),
+        "cap": metrics.cap(expected, predicted),
+        "over_ref": metrics.over_ref(expected, predicted),
+        "f1": metrics.f1(expected, predicted),
         # evaluate@ reads the float32 scores of predictions.parquet as float64
-        "auprc": evaluation_metrics.auprc(expected, score.astype(np.float64)),
+        "auprc": metrics.auprc(expected, score.astype(np.float64)),
     }
 
 
@@ -134,7 +140,7 @@ def test_excluded_decisions_match_evaluating_the_decided_rows(seed: int) -> None
 def test_empty_sets_have_no_metric_in_either_layer() -> None:
     empty = np.zeros(0, dtype=bool)
     assert all(value is None for value in _evaluation_values(empty, empty, np.zeros(0)).values())
-    assert evaluation_metrics.accuracy([], []) is None
+    assert metrics.accuracy([], []) is None
     matrix = _benchmark(empty, np.zeros((0, 2), dtype=bool), np.zeros((0, 2), dtype=np.float32))
     assert dataset_draws(matrix, "full", samples=2, seed=0) == {}
 
@@ -143,8 +149,6 @@ def test_nan_scores_rank_the_same_in_both_average_precisions() -> None:
     """The ranking itself treats a NaN score alike in both (each NaN its own step, ranked last); what differs
     is the policy around it: the analysis gives a model with any NaN score of a decided item no AUPRC at all,
     baseline@ ranks only its scored rows, evaluate@'s models always have every score."""
-    from guardpolicy.analysis.scores import average_precision
-
     rng = np.random.default_rng(7)
     for _ in range(20):
         n = int(rng.integers(2, 300))
@@ -152,7 +156,7 @@ def test_nan_scores_rank_the_same_in_both_average_precisions() -> None:
         expected[:2] = [True, False]
         score = np.round(rng.random(n), 1)
         score[rng.random(n) < 0.1] = np.nan
-        scalar = evaluation_metrics.auprc(expected, score)
+        scalar = metrics.auprc(expected, score)
         vector = average_precision(np.ones((1, n), dtype=np.float32), expected, score)[0]
         assert _same(scalar, vector)
     decisions = np.ones((4, 1), dtype=bool)
@@ -184,6 +188,118 @@ def test_accuracy_is_bit_identical_across_layers(seed: int) -> None:
     )
     draws = dataset_draws(matrix, "full", samples=2, seed=0)
     for m in range(n_models):
-        value = evaluation_metrics.accuracy(gold[known], predicted[known, m])
+        value = metrics.accuracy(gold[known], predicted[known, m])
         point = draws[("default", "acc_policy_a")].point[m] if known.any() else np.nan
         assert _same(value, point), (m, value, point)
+
+
+# -------------------------------------------- the replaced implementations, verbatim (reference only)
+
+
+def _bool_array(values: Any) -> np.ndarray:
+    return np.asarray(list(values) if not isinstance(values, np.ndarray | pd.Series) else values, dtype=bool)
+
+
+def former_cap(expected_unsafe: Any, predicted_unsafe: Any) -> float | None:
+    expected, predicted = _bool_array(expected_unsafe), _bool_array(predicted_unsafe)
+    if not expected.any():
+        return None
+    return float(predicted[expected].mean())
+
+
+def former_over_ref(expected_unsafe: Any, predicted_unsafe: Any) -> float | None:
+    expected, predicted = _bool_array(expected_unsafe), _bool_array(predicted_unsafe)
+    if expected.all():
+        return None
+    return float(predicted[~expected].mean())
+
+
+def former_f1(expected_unsafe: Any, predicted_unsafe: Any) -> float | None:
+    expected, predicted = _bool_array(expected_unsafe), _bool_array(predicted_unsafe)
+    if expected.all() or not expected.any():
+        return None
+    true_positives = int((expected & predicted).sum())
+    errors = int((expected != predicted).sum())
+    return 2.0 * true_positives / (2.0 * true_positives + errors)
+
+
+def former_auprc(expected_unsafe: Any, unsafe_score: Any) -> float | None:
+    expected = _bool_array(expected_unsafe)
+    scores = np.asarray(unsafe_score, dtype=np.float64)
+    if expected.all() or not expected.any():
+        return None
+    order = np.argsort(-scores, kind="stable")
+    scores, expected = scores[order], expected[order]
+    step_ends = np.flatnonzero(np.diff(scores) != 0)
+    step_ends = np.append(step_ends, len(scores) - 1)
+    true_positives = np.cumsum(expected)[step_ends]
+    precision = true_positives / (step_ends + 1)
+    recall = true_positives / expected.sum()
+    recall_gain = np.diff(np.concatenate([[0.0], recall]))
+    return float(np.sum(recall_gain * precision))
+
+
+def former_accuracy(gold: Any, predicted: Any) -> float | None:
+    gold_array, predicted_array = np.asarray(gold, dtype=object), np.asarray(predicted, dtype=object)
+    if len(gold_array) == 0:
+        return None
+    return float(np.mean(gold_array == predicted_array))
+
+
+def former_tune_auroc(positive: np.ndarray, score: np.ndarray) -> float:
+    positive = positive.astype(bool)
+    pos, neg = score[positive], score[~positive]
+    if not len(pos) or not len(neg):
+        return float("nan")
+    ranks = pd.Series(np.concatenate([pos, neg])).rank().to_numpy()
+    return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def _identical(first: float | None, second: float | None) -> bool:
+    if first is None or second is None:
+        return first is None and second is None
+    return np.float64(first).tobytes() == np.float64(second).tobytes()
+
+
+@pytest.mark.parametrize(("seed", "n", "kind"), CASES)
+def test_the_shared_metrics_equal_the_replaced_ones_bit_for_bit(seed: int, n: int, kind: str) -> None:
+    rng = np.random.default_rng(seed)
+    expected, decisions, scores = _toy_case(rng, n, kind)
+    for m in range(decisions.shape[1]):
+        predicted, score = decisions[:, m], scores[:, m].astype(np.float64)
+        # Lists too: metrics.json's callers hand over arrays, but the functions take any sequence.
+        for given in (expected, list(expected)):
+            assert _identical(metrics.cap(given, predicted), former_cap(given, predicted))
+            assert _identical(metrics.over_ref(given, predicted), former_over_ref(given, predicted))
+            assert _identical(metrics.f1(given, predicted), former_f1(given, predicted))
+            assert _identical(metrics.auprc(given, score), former_auprc(given, score))
+    classes = np.array(["GENERIC_SAFE", "BOUNDARY_SAFE", "HARMFUL", "COMPOUND"], dtype=object)
+    gold, predicted_class = classes[rng.integers(0, 4, n)], classes[rng.integers(0, 4, n)]
+    assert _identical(metrics.accuracy(gold, predicted_class), former_accuracy(gold, predicted_class))
+    assert metrics.accuracy([], []) is None and former_accuracy([], []) is None
+
+
+def test_nan_scores_give_the_replaced_auprc_too() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        n = int(rng.integers(2, 300))
+        expected = rng.random(n) < 0.5
+        expected[:2] = [True, False]
+        score = np.round(rng.random(n), 1)
+        score[rng.random(n) < 0.1] = np.nan
+        assert _identical(metrics.auprc(expected, score), former_auprc(expected, score))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_shared_auroc_equals_the_tune_studys_former_one(seed: int) -> None:
+    """The lever study (devtools.tune) had its own rank-sum AUROC; the shared one (a sum over distinct
+    scores) is the same number up to float rounding, and the same at the 4 decimals tune records."""
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.integers(2, 3000))
+    truth = rng.random(n) < rng.uniform(0.1, 0.9)
+    truth[:2] = [True, False]
+    probability = np.round(rng.random(n) + truth * 0.3, int(rng.integers(1, 4)))  # ties
+    mine, former = auroc(probability, truth), former_tune_auroc(truth, probability)
+    assert mine == pytest.approx(former, rel=0, abs=1e-12)
+    assert round(mine, 4) == round(former, 4)
+    assert np.isnan(auroc(np.zeros(3), np.ones(3, dtype=bool)))

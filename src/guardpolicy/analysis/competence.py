@@ -49,8 +49,9 @@ from guardpolicy.analysis.sensitivity import (
     POLICY_LOAD,
     POLICY_TARGET,
 )
-from guardpolicy.analysis.stats import EXTREME_BOTTOM, EXTREME_TOP, percentile_interval, weighted_auroc
+from guardpolicy.analysis.stats import EXTREME_BOTTOM, EXTREME_TOP, percentile_interval
 from guardpolicy.config import TargetsConfig
+from guardpolicy.metrics import auroc, cap, over_ref
 from guardpolicy.training.branches import teacher_name
 
 HEADLINE_COLUMNS = (
@@ -171,10 +172,12 @@ def _auroc_items(
     return np.concatenate(scores), np.concatenate(positive), np.concatenate(weights), negatives
 
 
-def _flag_rate(matrix: DatasetMatrix, subset: str, mapping: str, model: int, unsafe: bool, t: float) -> float:
-    rows = matrix.subset_rows(subset) & (matrix.expected_unsafe == unsafe)
-    values = matrix.scores[mapping][rows, model]
-    return float(np.mean(values >= t)) if len(values) else float("nan")
+def _rate_at(matrix: DatasetMatrix, subset: str, mapping: str, model: int, metric: str, t: float) -> float:
+    """cap or over_ref of one model on one set when it flags every score >= t (NaN where not defined)."""
+    rows = matrix.subset_rows(subset)
+    expected, flagged = matrix.expected_unsafe[rows], matrix.scores[mapping][rows, model] >= t
+    value = cap(expected, flagged) if metric == "cap" else over_ref(expected, flagged)
+    return float("nan") if value is None else value
 
 
 def headline_table(
@@ -228,9 +231,9 @@ def headline_table(
                 )
             if np.isfinite(threshold):
                 cap_matched = float(
-                    np.mean([_flag_rate(by_name[b], subset, mapping, m, True, threshold) for b in sets])
+                    np.mean([_rate_at(by_name[b], subset, mapping, m, "cap", threshold) for b in sets])
                 )
-                rates = [_flag_rate(by_name[b], subset, mapping, m, False, threshold) for b in benign_sets]
+                rates = [_rate_at(by_name[b], subset, mapping, m, "over_ref", threshold) for b in benign_sets]
                 over_ref_matched = float(np.mean(rates)) if rates else float("nan")
             rows.append(
                 {
@@ -241,7 +244,7 @@ def headline_table(
                     "cap": float(point[m]),
                     "cap_ci_low": float(low[m]),
                     "cap_ci_high": float(high[m]),
-                    "auroc": weighted_auroc(scores[:, m], positive, weights) if len(positive) else np.nan,
+                    "auroc": auroc(scores[:, m], positive, weights) if len(positive) else np.nan,
                     "auroc_negatives": ",".join(negatives),
                     "matched_over_ref": matched_over_ref,
                     "threshold": threshold,
@@ -387,6 +390,10 @@ def _judged_models(
     return judged, judged_over_ref
 
 
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
 def tradeoff_table(
     matrices: Sequence[DatasetMatrix],
     models: pd.DataFrame,
@@ -425,7 +432,7 @@ def tradeoff_table(
             max_over_ref=targets.max_over_refusal,
         )
         captures = [
-            float(matrix.decisions[mapping][r, m].mean()) if r.any() else float("nan")
+            _or_nan(cap(matrix.expected_unsafe[r], matrix.decisions[mapping][r, m]))
             for matrix, r in capture_sides
         ]
         rows.append(
@@ -433,9 +440,9 @@ def tradeoff_table(
                 **_identity(info, model),
                 "judged_over_ref": model in judged_over_ref,
                 "min_cap": float(np.min(captures)),
-                "over_ref": float(benign.decisions[mapping][benign_rows, m].mean())
-                if benign_rows.any()
-                else float("nan"),
+                "over_ref": _or_nan(
+                    over_ref(benign.expected_unsafe[benign_rows], benign.decisions[mapping][benign_rows, m])
+                ),
                 **frontier,
             }
         )

@@ -60,6 +60,7 @@ from guardpolicy.analysis.stats import (
 from guardpolicy.config import LoadConfig
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.layout import relative_path
+from guardpolicy.metrics import COPYRIGHT_BENCHMARK, confusion, gold_agreement
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,6 @@ FINGERPRINT_GROUPING, STUDY_GROUPING = "fingerprint", "study"
 GROUPINGS = (FINGERPRINT_GROUPING, STUDY_GROUPING)
 # What a model's benchmark decisions are compared with: the benchmark's gold, or the VAL policy's labels.
 GOLD_TARGET, POLICY_TARGET = "gold", "val_policy_labels"
-# The study's headline policy-load benchmark, compared with the noise floor.
-COPYRIGHT_BENCHMARK = "harmbench_copyright"
 # The primary metric of a mixed benchmark that `analysis.primary_metric` does not name.
 MIXED_FALLBACK_METRIC = "f1"
 ALL_SCALES = "all"
@@ -927,12 +926,12 @@ def policy_label_agreement(
                 f"id {missing[0]!r}; rerun `dvc repro fingerprint`",
                 field="id",
             )
-        label = unsafe.loc[ids].to_numpy(dtype=bool)[:, None]  # [n, 1]
+        label = unsafe.loc[ids].to_numpy(dtype=bool)  # [n]
         decided = matrix.decisions[mapping][rows]  # [n, M]
-        valid = matrix.valid_mask(mapping)[rows]
-        agree = ((decided == label) & valid).sum(axis=0).astype(np.float64)
-        total = valid.sum(axis=0).astype(np.float64)
-        out[matrix.name] = np.divide(agree, total, out=np.full(total.shape, np.nan), where=total > 0)
+        valid = matrix.valid_mask(mapping)[rows]  # [n, M]
+        # The policy's labels play the gold: the share of each model's decided items that match them.
+        counts = confusion(np.ones((1, len(ids)), dtype=np.float32), label, decided, valid)
+        out[matrix.name] = gold_agreement(counts)[0]  # [M]
     return out
 
 
