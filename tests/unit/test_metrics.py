@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from guardpolicy import metrics
-from guardpolicy.analysis.scores import DatasetMatrix, dataset_draws
+from guardpolicy.analysis.matrices import DatasetMatrix
+from guardpolicy.analysis.scores import dataset_draws
 from guardpolicy.metrics import auroc, average_precision
 
 MAPPINGS = ("default", "boundary_unsafe")

@@ -19,17 +19,16 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from guardpolicy.analysis.scores import (
+from guardpolicy.analysis.matrices import (
     BENIGN,
     BOUNDARY_UNSAFE,
     DEFAULT,
     HARMFUL,
-    MEAN_BENIGN,
-    MEAN_HARMFUL,
     PARSE_STATUS,
     SPLIT_PREFIX,
     DatasetMatrix,
 )
+from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL
 from guardpolicy.analysis.stats import wilson_interval
 from guardpolicy.baselines import MODEL_PREFIX
 from guardpolicy.metrics import COPYRIGHT_BENCHMARK, applies, cap_rate, confusion, over_ref, over_ref_rate

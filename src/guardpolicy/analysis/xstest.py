@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from guardpolicy.analysis.scores import SUBSETS, DatasetMatrix
+from guardpolicy.analysis.matrices import SUBSETS, DatasetMatrix
 from guardpolicy.analysis.stats import wilson_interval
 from guardpolicy.metrics import confusion, over_ref_rate
 
@@ -63,7 +63,7 @@ def contrast_pairs(matrix: DatasetMatrix, rows: np.ndarray) -> tuple[np.ndarray,
         if pair is None:
             continue
         (unsafe_of if matrix.expected_unsafe[index] else safe_of).setdefault(pair, []).append(int(index))
-    # A pair left out here lost a member to the subset: `scores.build_matrices` refuses a pair with two safe
+    # A pair left out here lost a member to the subset: `matrices.build_matrices` refuses a pair with two safe
     # or two unsafe items, so none is dropped for being malformed.
     pairs = sorted(p for p in safe_of if len(safe_of[p]) == 1 and len(unsafe_of.get(p, [])) == 1)
     safe = np.array([safe_of[p][0] for p in pairs], dtype=np.int64)
