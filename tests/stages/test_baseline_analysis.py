@@ -22,7 +22,8 @@ from guardpolicy.analysis.baselines import (
     match_threshold,
     parse_counts,
 )
-from guardpolicy.analysis.scores import build_matrices, compute_draws, model_frame, scores_table
+from guardpolicy.analysis.matrices import build_matrices
+from guardpolicy.analysis.scores import compute_draws, model_frame, scores_table
 from guardpolicy.errors import InputError
 from guardpolicy.layout import Layout
 from guardpolicy.stages.analyse import analyse

@@ -20,15 +20,7 @@ from sklearn.metrics import accuracy_score, average_precision_score, f1_score
 
 from guardpolicy.errors import InputError
 from guardpolicy.evaluation.items import item_keys
-from guardpolicy.evaluation.metrics import (
-    accuracy,
-    auprc,
-    benchmark_metrics,
-    cap,
-    f1,
-    headline,
-    over_ref,
-)
+from guardpolicy.evaluation.metrics import benchmark_metrics, headline
 from guardpolicy.evaluation.scoring import (
     apply_heads,
     inference_batches,
@@ -37,6 +29,7 @@ from guardpolicy.evaluation.scoring import (
     softmax,
 )
 from guardpolicy.layout import Layout
+from guardpolicy.metrics import accuracy, auprc, cap, f1, over_ref
 from guardpolicy.modeling.guard import save_guard
 from guardpolicy.stages.evaluate import check_features, evaluate, features
 from guardpolicy.taxonomy import COARSE_CLASSES, load_taxonomy

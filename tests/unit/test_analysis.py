@@ -22,28 +22,23 @@ from helpers.synthetic_predictions import (
 )
 from sklearn.metrics import average_precision_score, f1_score
 
-from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, HEADLINE_COLUMNS, TRADEOFF_COLUMNS
+from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, TRADEOFF_COLUMNS
+from guardpolicy.analysis.contrasts import copyright_vs_noise, load_contrast
+from guardpolicy.analysis.correlations import correlation_table
+from guardpolicy.analysis.headline import HEADLINE_COLUMNS
+from guardpolicy.analysis.matrices import DatasetMatrix, build_matrices
+from guardpolicy.analysis.ranks import rank_test_table
 from guardpolicy.analysis.scores import (
-    DatasetMatrix,
     DrawStore,
     MetricDraws,
-    build_matrices,
     compute_draws,
+    mapping_effect_table,
     model_frame,
     role_mean_draws,
     scores_table,
 )
-from guardpolicy.analysis.sensitivity import (
-    SPAN_SCALE_COLUMNS,
-    compute_spans,
-    copyright_vs_noise,
-    correlation_table,
-    load_contrast,
-    mapping_effect_table,
-    noise_floor_table,
-    rank_test_table,
-    span_table,
-)
+from guardpolicy.analysis.sensitivity import compute_spans
+from guardpolicy.analysis.span_tables import SPAN_SCALE_COLUMNS, noise_floor_table, span_table
 from guardpolicy.analysis.stats import percentile_interval
 from guardpolicy.analysis.xstest import pair_consistency, type_over_refusal
 from guardpolicy.config import LoadConfig, load_params

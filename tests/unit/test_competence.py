@@ -13,14 +13,14 @@ from helpers.synthetic_predictions import model_entry
 from guardpolicy.analysis.competence import (
     MEAN_AGREED,
     competence_table,
-    evaluate_targets,
-    headline_table,
     operating_frontier,
-    study_comparison,
     tradeoff_summary,
     tradeoff_table,
 )
-from guardpolicy.analysis.scores import DatasetMatrix, compute_draws, model_frame, scores_table
+from guardpolicy.analysis.headline import headline_table
+from guardpolicy.analysis.matrices import DatasetMatrix
+from guardpolicy.analysis.scores import compute_draws, model_frame, scores_table
+from guardpolicy.analysis.targets import evaluate_targets, study_comparison
 from guardpolicy.config import TargetsConfig
 
 MODELS = ("small-E1", "small-E2", "teacher-policy_b")

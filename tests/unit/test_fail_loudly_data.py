@@ -27,7 +27,7 @@ from helpers.synthetic_predictions import (
     synthetic_predictions,
 )
 
-from guardpolicy.analysis.scores import build_matrices
+from guardpolicy.analysis.matrices import build_matrices
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.evaluation.items import benchmark_items
 from guardpolicy.first_match import Clause

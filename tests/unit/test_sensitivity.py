@@ -10,20 +10,13 @@ import pandas as pd
 import pytest
 from helpers.synthetic_predictions import model_entry
 
-from guardpolicy.analysis.scores import DatasetMatrix, DrawStore, MetricDraws, model_frame
-from guardpolicy.analysis.sensitivity import (
-    PolicyFingerprint,
-    agreed_mean_delta,
-    compute_spans,
-    fingerprint_load,
-    load_contrast,
-    noise_floor_table,
-    policy_label_agreement,
-    rank_chance,
-    span_scale_table,
-    span_table,
-    swing_vs_span_table,
-)
+from guardpolicy.analysis.contrasts import agreed_mean_delta, load_contrast, swing_vs_span_table
+from guardpolicy.analysis.correlations import policy_label_agreement
+from guardpolicy.analysis.matrices import DatasetMatrix
+from guardpolicy.analysis.ranks import rank_chance
+from guardpolicy.analysis.scores import DrawStore, MetricDraws, model_frame
+from guardpolicy.analysis.sensitivity import PolicyFingerprint, compute_spans, fingerprint_load
+from guardpolicy.analysis.span_tables import noise_floor_table, span_scale_table, span_table
 from guardpolicy.config import LoadConfig
 from guardpolicy.errors import InputError
 

@@ -10,7 +10,6 @@ import pytest
 from scipy import stats as scipy_stats
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from guardpolicy.analysis.scores import average_precision
 from guardpolicy.analysis.stats import (
     bootstrap_count_blocks,
     expected_range,
@@ -20,9 +19,9 @@ from guardpolicy.analysis.stats import (
     rank_stability,
     rank_test,
     spearman,
-    weighted_auroc,
     wilson_interval,
 )
+from guardpolicy.metrics import auroc, average_precision
 
 
 def _bootstrap_mean_interval(values: np.ndarray, samples: int, seed: int, name: str) -> tuple[float, float]:
@@ -166,16 +165,16 @@ def test_weighted_auroc_known_answer_and_sklearn() -> None:
     # Positives 0.9, 0.8 vs negatives 0.1, 0.8: 1 + 1 + 1 + 0.5 (the tie) of 4 pairs.
     scores = np.array([0.9, 0.8, 0.1, 0.8])
     positive = np.array([True, True, False, False])
-    assert weighted_auroc(scores, positive) == pytest.approx(0.875)
+    assert auroc(scores, positive) == pytest.approx(0.875)
     # Weights: the tied negative counts 3x -> (1*1 + 1*3 + 1*1 + 0.5*3) / (2 * 4).
-    assert weighted_auroc(scores, positive, np.array([1.0, 1.0, 1.0, 3.0])) == pytest.approx(6.5 / 8)
+    assert auroc(scores, positive, np.array([1.0, 1.0, 1.0, 3.0])) == pytest.approx(6.5 / 8)
     rng = np.random.default_rng(2)
     s, y, w = np.round(rng.random(80), 1), rng.random(80) < 0.3, rng.random(80)
-    assert weighted_auroc(s, y) == pytest.approx(roc_auc_score(y, s))
-    assert weighted_auroc(s, y, w) == pytest.approx(roc_auc_score(y, s, sample_weight=w))
+    assert auroc(s, y) == pytest.approx(roc_auc_score(y, s))
+    assert auroc(s, y, w) == pytest.approx(roc_auc_score(y, s, sample_weight=w))
     # NaN scores are left out; one class only has no AUROC.
-    assert weighted_auroc(np.array([0.9, np.nan, 0.1]), np.array([True, True, False])) == pytest.approx(1.0)
-    assert math.isnan(weighted_auroc(scores, np.ones(4, dtype=bool)))
+    assert auroc(np.array([0.9, np.nan, 0.1]), np.array([True, True, False])) == pytest.approx(1.0)
+    assert math.isnan(auroc(scores, np.ones(4, dtype=bool)))
 
 
 def test_rank_test_bottom_tie_and_interleaved_cases() -> None:

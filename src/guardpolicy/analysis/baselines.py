@@ -19,19 +19,19 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from guardpolicy.analysis.scores import (
+from guardpolicy.analysis.matrices import (
     BENIGN,
     BOUNDARY_UNSAFE,
     DEFAULT,
     HARMFUL,
-    MEAN_BENIGN,
-    MEAN_HARMFUL,
     PARSE_STATUS,
     SPLIT_PREFIX,
     DatasetMatrix,
 )
+from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL
 from guardpolicy.analysis.stats import wilson_interval
 from guardpolicy.baselines import MODEL_PREFIX
+from guardpolicy.metrics import COPYRIGHT_BENCHMARK, applies, cap_rate, confusion, over_ref, over_ref_rate
 
 BASELINE_KIND = "baseline"
 GUARD_SCALE = "guard"
@@ -127,15 +127,18 @@ def _rates(
     decided: np.ndarray, valid: np.ndarray, positive: np.ndarray, confidence: float
 ) -> dict[str, tuple[float, float, float, int]]:
     """cap / over_ref of one model's decisions [n] over its valid items: metric -> (value, low, high, n)."""
+    unit = np.ones((1, len(positive)), dtype=np.float32)
+    counts = confusion(unit, positive, decided[:, None], valid[:, None])
     out = {}
-    for metric, side in (("cap", positive), ("over_ref", ~positive)):
-        chosen = side & valid
-        n = int(chosen.sum())
-        if not side.any():
+    for metric, rate, flagged, scored in (
+        ("cap", cap_rate(counts), counts.true_pos, counts.unsafe),
+        ("over_ref", over_ref_rate(counts), counts.false_pos, counts.safe),
+    ):
+        if not applies(metric, bool(positive.any()), not bool(positive.all())):
             continue
-        k = int(decided[chosen].sum())
+        k, n = int(flagged[0, 0]), int(scored[0, 0])
         low, high = wilson_interval(k, n, confidence)
-        out[metric] = (k / n if n else float("nan"), low, high, n)
+        out[metric] = (float(rate[0, 0]), low, high, n)
     return out
 
 
@@ -176,7 +179,10 @@ def calibrated_comparison(
             benign = calibration.safe_everywhere[mapping]  # [n] bool
             answered = benign & calibration.valid_mask(mapping)[:, g]
             n_cal = int(answered.sum())
-            target = float(calibration.decisions[mapping][answered, g].mean()) if n_cal else float("nan")
+            guard_over_ref = over_ref(
+                np.zeros(n_cal, dtype=bool), calibration.decisions[mapping][answered, g]
+            )
+            target = float("nan") if guard_over_ref is None else guard_over_ref
             common = {
                 "guard": guard,
                 "guard_mapping": guard_mapping,
@@ -257,11 +263,10 @@ def calibrated_comparison(
     )
 
 
-COPYRIGHT = "harmbench_copyright"
 HEADLINE_ROWS = (
     ("cap", MEAN_HARMFUL, "cap"),
     ("over_ref", MEAN_BENIGN, "over_ref"),
-    ("copy", COPYRIGHT, "cap"),
+    ("copy", COPYRIGHT_BENCHMARK, "cap"),
 )
 
 

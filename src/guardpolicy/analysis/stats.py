@@ -1,6 +1,7 @@
 """The study's statistical primitives: prompt resampling, percentile and Wilson intervals, the exact rank
 test (one-sided in a direction fixed beforehand, else two-sided) and its bootstrap stability, a NaN-safe
-Spearman correlation, the expected range of normal samples (d2) and a weighted AUROC.
+Spearman correlation and the expected range of normal samples (d2). The metrics themselves (CAP, AUPRC, the
+weighted AUROC, ...) are `guardpolicy.metrics`.
 
 The bootstrap is drawn as multinomial count matrices (how often each prompt appears in each replicate), not as
 index lists, so that every score that is a sum over prompts is one matrix product `counts @ values` and the
@@ -179,28 +180,6 @@ def range_ratio(runs: int, seeds: int) -> float:
     """d2(runs) / d2(seeds): how much wider the range of `runs` draws is expected to be than that of
     `seeds` draws of the same normal noise (10 vs 3: ≈ 1.82)."""
     return expected_range(runs) / expected_range(seeds)
-
-
-def weighted_auroc(scores: np.ndarray, positive: np.ndarray, weights: np.ndarray | None = None) -> float:
-    """Area under the ROC curve of `scores` [n] for the `positive` [n] items, ties counted half.
-
-    With `weights` [n] every item counts with its weight (e.g. 1 / the size of its benchmark, so each
-    benchmark counts once within its class): Σ w_i w_j [s_i > s_j] + ½ [s_i = s_j] over positive i,
-    negative j, divided by Σ w_i Σ w_j. Items with a NaN score are left out; NaN without both classes.
-    """
-    scores = np.asarray(scores, dtype=np.float64)
-    positive = np.asarray(positive, dtype=bool)
-    weights = np.ones(scores.shape) if weights is None else np.asarray(weights, dtype=np.float64)
-    keep = np.isfinite(scores) & (weights > 0)
-    scores, positive, weights = scores[keep], positive[keep], weights[keep]
-    total_pos, total_neg = weights[positive].sum(), weights[~positive].sum()
-    if total_pos <= 0 or total_neg <= 0:
-        return float("nan")
-    distinct, group = np.unique(scores, return_inverse=True)  # ascending
-    pos = np.bincount(group, weights=np.where(positive, weights, 0.0), minlength=len(distinct))
-    neg = np.bincount(group, weights=np.where(positive, 0.0, weights), minlength=len(distinct))
-    below = np.cumsum(neg) - neg  # negative weight strictly below each distinct score
-    return float((pos * (below + 0.5 * neg)).sum() / (total_pos * total_neg))
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from guardpolicy.analysis.scores import SUBSETS, DatasetMatrix
+from guardpolicy.analysis.matrices import SUBSETS, DatasetMatrix
 from guardpolicy.analysis.stats import wilson_interval
+from guardpolicy.metrics import confusion, over_ref_rate
 
 XSTEST = "xstest"
 TYPE_COLUMNS = ("model", "subset", "xstest_type", "n", "over_ref", "ci_low", "ci_high")
@@ -32,18 +33,19 @@ def type_over_refusal(
         types = sorted({t for t in matrix.category[safe] if t is not None})
         for xstest_type in types:
             chosen = safe & (matrix.category == xstest_type)
-            scored = valid[chosen].sum(axis=0)  # [M]
-            flagged = (decisions[chosen] & valid[chosen]).sum(axis=0)  # [M]
+            unit = np.ones((1, int(chosen.sum())), dtype=np.float32)
+            counts = confusion(unit, matrix.expected_unsafe[chosen], decisions[chosen], valid[chosen])
+            rate = over_ref_rate(counts)[0]  # [M]
             for i, model in enumerate(models):
-                n = int(scored[i])
-                low, high = wilson_interval(int(flagged[i]), n, confidence)
+                n = int(counts.safe[0, i])
+                low, high = wilson_interval(int(counts.false_pos[0, i]), n, confidence)
                 rows.append(
                     {
                         "model": model,
                         "subset": subset,
                         "xstest_type": xstest_type,
                         "n": n,
-                        "over_ref": float(flagged[i]) / n if n else float("nan"),
+                        "over_ref": float(rate[i]),
                         "ci_low": low,
                         "ci_high": high,
                     }
@@ -61,7 +63,7 @@ def contrast_pairs(matrix: DatasetMatrix, rows: np.ndarray) -> tuple[np.ndarray,
         if pair is None:
             continue
         (unsafe_of if matrix.expected_unsafe[index] else safe_of).setdefault(pair, []).append(int(index))
-    # A pair left out here lost a member to the subset: `scores.build_matrices` refuses a pair with two safe
+    # A pair left out here lost a member to the subset: `matrices.build_matrices` refuses a pair with two safe
     # or two unsafe items, so none is dropped for being malformed.
     pairs = sorted(p for p in safe_of if len(safe_of[p]) == 1 and len(unsafe_of.get(p, [])) == 1)
     safe = np.array([safe_of[p][0] for p in pairs], dtype=np.int64)

@@ -38,6 +38,7 @@ from guardpolicy.config import EncoderConfig, load_params, load_yaml
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import write_text
 from guardpolicy.layout import Layout, relative_path
+from guardpolicy.metrics import COPYRIGHT_BENCHMARK, auroc
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +73,6 @@ TOP_KEYS = {
     "settings",
 }
 AGREED_DEFAULT = ("harmbench_standard", "strongreject", "jbb_harmful")
-
-
-def _auroc(positive: np.ndarray, score: np.ndarray) -> float:
-    """Mann-Whitney AUROC (ties count half); NaN with a single class."""
-    positive = positive.astype(bool)
-    pos, neg = score[positive], score[~positive]
-    if not len(pos) or not len(neg):
-        return float("nan")
-    ranks = pd.Series(np.concatenate([pos, neg])).rank().to_numpy()
-    return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
 def load_study(path: str | Path) -> dict[str, Any]:
@@ -346,7 +337,7 @@ def tune(
                 for set_name, ids in eval_sets.items():
                     probability = score([cache_key(POOL_SET, i) for i in ids], prompts.loc[ids].tolist())
                     truth = target.loc[ids].to_numpy()
-                    row[f"{set_name}_auroc"] = round(_auroc(truth, probability), 4)
+                    row[f"{set_name}_auroc"] = round(auroc(probability, truth), 4)
                     row[f"{set_name}_accuracy"] = round(float(((probability >= 0.5) == truth).mean()), 4)
                 flagged = {
                     b: float(
@@ -356,14 +347,14 @@ def tune(
                         ).mean()
                     )
                     for b, frame in benchmarks.items()
-                    if b in (*agreed, "wildguard_benign", "harmbench_copyright")
+                    if b in (*agreed, "wildguard_benign", COPYRIGHT_BENCHMARK)
                 }
                 present = [b for b in agreed if b in flagged]
                 row["bench_capture_agreed"] = (
                     round(float(np.mean([flagged[b] for b in present])), 4) if present else None
                 )
                 row["bench_over_refusal_wildguard_benign"] = flagged.get("wildguard_benign")
-                row["bench_capture_copyright"] = flagged.get("harmbench_copyright")
+                row["bench_capture_copyright"] = flagged.get(COPYRIGHT_BENCHMARK)
                 row["train_seconds"] = round(result.train_seconds, 1)
                 row["samples_per_second"] = round(result.samples_per_second, 1)
                 row["examples"] = result.examples

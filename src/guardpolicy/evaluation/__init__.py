@@ -2,7 +2,7 @@
 
 * `items`: the evaluation items (fetched benchmarks + evaluated splits), assembled from frames;
 * `scoring`: batched inference, heads on cached features, and the predictions table;
-* `metrics`: CAP, OVER-REF, F1, AUPRC, 4-class accuracy and the per-model metrics document;
+* `metrics`: the per-model metrics document (the metrics themselves are `guardpolicy.metrics`);
 * `bench`: `bench-eval`, our inference path against a transformers pipeline.
 
 The stages that read and write files are in `guardpolicy.stages.evaluate`.

@@ -38,16 +38,17 @@ from guardpolicy.analysis.baselines import (
     guard_model_name,
     parse_counts,
 )
-from guardpolicy.analysis.competence import (
-    competence_table,
-    evaluate_targets,
-    headline_table,
-    study_comparison,
-    tradeoff_summary,
-    tradeoff_table,
+from guardpolicy.analysis.competence import competence_table, tradeoff_summary, tradeoff_table
+from guardpolicy.analysis.contrasts import (
+    agreed_mean_delta,
+    copyright_vs_noise,
+    load_contrast,
+    swing_vs_span_table,
 )
+from guardpolicy.analysis.correlations import correlation_table, policy_label_agreement
 from guardpolicy.analysis.fingerprint import PROMPT_LABEL_COLUMNS
-from guardpolicy.analysis.scores import (
+from guardpolicy.analysis.headline import headline_table
+from guardpolicy.analysis.matrices import (
     BOUNDARY_UNSAFE,
     DEFAULT,
     GOLD_PREFIX,
@@ -55,29 +56,18 @@ from guardpolicy.analysis.scores import (
     PREDICTION_COLUMNS,
     SPLIT,
     build_matrices,
-    compute_draws,
-    model_frame,
-    scores_table,
 )
+from guardpolicy.analysis.ranks import rank_chance, rank_test_table
+from guardpolicy.analysis.scores import compute_draws, mapping_effect_table, model_frame, scores_table
 from guardpolicy.analysis.sensitivity import (
     STUDY_GROUPING,
     PolicyFingerprint,
-    agreed_mean_delta,
     compute_spans,
-    copyright_vs_noise,
-    correlation_table,
-    load_contrast,
     load_groupings,
-    mapping_effect_table,
-    noise_floor_table,
-    policy_label_agreement,
-    rank_chance,
-    rank_test_table,
-    span_scale_table,
-    span_table,
-    swing_vs_span_table,
 )
+from guardpolicy.analysis.span_tables import noise_floor_table, span_scale_table, span_table
 from guardpolicy.analysis.summary import build_summary
+from guardpolicy.analysis.targets import evaluate_targets, study_comparison
 from guardpolicy.analysis.xstest import (
     PAIR_COLUMNS,
     TYPE_COLUMNS,

@@ -22,15 +22,16 @@ import pandas as pd
 import yaml
 
 from guardpolicy.analysis.baselines import CALIBRATION_COLUMNS, PARSE_COLUMNS
-from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, HEADLINE_COLUMNS, TRADEOFF_COLUMNS
-from guardpolicy.analysis.sensitivity import (
-    CORRELATION_COLUMNS,
+from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, TRADEOFF_COLUMNS
+from guardpolicy.analysis.contrasts import SWING_SPAN_COLUMNS
+from guardpolicy.analysis.correlations import CORRELATION_COLUMNS
+from guardpolicy.analysis.headline import HEADLINE_COLUMNS
+from guardpolicy.analysis.ranks import RANK_TEST_COLUMNS
+from guardpolicy.analysis.span_tables import (
     NOISE_FLOOR_COLUMNS,
-    RANK_TEST_COLUMNS,
     SPAN_LEADING_COLUMNS,
     SPAN_SCALE_COLUMNS,
     SPAN_TRAILING_COLUMNS,
-    SWING_SPAN_COLUMNS,
 )
 from guardpolicy.baselines.registry import load_baseline_registry
 from guardpolicy.config import Params, load_params
