@@ -224,6 +224,7 @@ def test_analyse_reads_every_configured_guard(tmp_path: Path) -> None:
     entry = summary["baselines"][GUARD]
     assert set(entry) >= {"relaxed", "strict", "over_ref_change_strict_minus_relaxed", "parse_failed"}
     assert entry["parse_failed"] == entry["no_decision"] > 0
+    assert entry["parse_items"] == len(source) > entry["parse_failed"]  # every item the guard was asked
     calibration = pd.read_csv(out / "calibration.csv")
     assert set(calibration["guard"]) == {GUARD_MODEL}
     assert set(calibration["model"]) == {GUARD_MODEL, *plan}

@@ -23,6 +23,7 @@ from helpers.synthetic_predictions import (
 from sklearn.metrics import average_precision_score, f1_score
 
 from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, HEADLINE_COLUMNS, TRADEOFF_COLUMNS
+from guardpolicy.analysis.mapping import LEVER_COLUMNS, MAPPING_BY_MODEL_COLUMNS
 from guardpolicy.analysis.scores import (
     DatasetMatrix,
     DrawStore,
@@ -474,6 +475,8 @@ EXPECTED_FILES = {
     "competence.csv": ",".join(COMPETENCE_COLUMNS),
     "tradeoff.csv": ",".join(TRADEOFF_COLUMNS),
     "mapping_effect.csv": "model,benchmark,subset,over_ref_default,over_ref_boundary_unsafe,change",
+    "mapping_effect_by_model.csv": ",".join(MAPPING_BY_MODEL_COLUMNS),
+    "mapping_vs_retraining.csv": ",".join(LEVER_COLUMNS),
     "xstest.csv": "model,subset,xstest_type,n,over_ref,ci_low,ci_high",
     "xstest_pairs.csv": "model,subset,pairs,consistent,consistency,ci_low,ci_high",
 }
