@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from guardpolicy.analysis.mapping import mapping_effect_by_model, mapping_vs_retraining
 from guardpolicy.layout import Layout
 from helpers.benchmarks import write_params
 from helpers.paths import MIRROR
@@ -26,6 +27,7 @@ BENCHMARKS = {
     "xstest": ("mixed", "policy", 450),
 }
 HEADLINE = ("clean", "default")
+MAIN_SEED = 42
 # Known answers planted in the tables.
 COPY_SMALL_E8 = (0.812, 0.723, 0.880)
 FINGERPRINT_ROW = (0.9, 0.83, 0.95)
@@ -57,7 +59,7 @@ def models_table() -> list[dict]:
                     "kind": "branch",
                     "scale": scale,
                     "branch": branch,
-                    "seed": 42,
+                    "seed": MAIN_SEED,
                     "recipe": f"{scale}-{branch}",
                 }
             )
@@ -79,7 +81,7 @@ def models_table() -> list[dict]:
                 "kind": "teacher",
                 "scale": "large",
                 "branch": teacher,
-                "seed": 42,
+                "seed": MAIN_SEED,
                 "recipe": teacher,
             }
         )
@@ -529,6 +531,16 @@ def summary_document() -> dict:
     }
 
 
+def write_mapping_tables(analysis: Path) -> None:
+    """mapping_effect_by_model.csv and mapping_vs_retraining.csv from the run's mapping_effect.csv and
+    scores.csv, by the functions stage analyse derives them with."""
+    scores = pd.read_csv(analysis / "scores.csv")
+    effect = pd.read_csv(analysis / "mapping_effect.csv")
+    mapping_effect_by_model(effect).to_csv(analysis / "mapping_effect_by_model.csv", index=False)
+    levers = mapping_vs_retraining(scores, subset=HEADLINE[0], main_seed=MAIN_SEED)
+    levers.to_csv(analysis / "mapping_vs_retraining.csv", index=False)
+
+
 def write_synthetic_run(root: Path, fingerprint: bool = True) -> Layout:
     """A run's inputs to stage report under `root`, laid out as the repository; returns its layout."""
     analysis = root / "reports" / "analysis"
@@ -597,6 +609,7 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> Layout:
                 }
             )
     pd.DataFrame(effect).to_csv(analysis / "mapping_effect.csv", index=False)
+    write_mapping_tables(analysis)
     xs, pairs = [], []
     for model in models_table():
         for i, kind in enumerate(("homonyms", "figurative_language")):

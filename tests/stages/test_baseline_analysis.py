@@ -12,12 +12,13 @@ import pytest
 import yaml
 from helpers.benchmarks import write_params
 from helpers.synthetic_predictions import stage_inputs
-from helpers.synthetic_run import write_synthetic_run
+from helpers.synthetic_run import write_mapping_tables, write_synthetic_run
 
 from guardpolicy.analysis.baselines import (
     CALIBRATION_COLUMNS,
     PARSE_COLUMNS,
     baseline_evaluations,
+    baseline_summary,
     calibrated_comparison,
     match_threshold,
     parse_counts,
@@ -26,6 +27,7 @@ from guardpolicy.analysis.matrices import build_matrices
 from guardpolicy.analysis.scores import compute_draws, model_frame, scores_table
 from guardpolicy.errors import InputError
 from guardpolicy.layout import Layout
+from guardpolicy.reporting import headline
 from guardpolicy.stages.analyse import analyse
 from guardpolicy.stages.guard_card import write_guard_card
 from guardpolicy.stages.report import report
@@ -225,6 +227,7 @@ def test_analyse_reads_every_configured_guard(tmp_path: Path) -> None:
     entry = summary["baselines"][GUARD]
     assert set(entry) >= {"relaxed", "strict", "over_ref_change_strict_minus_relaxed", "parse_failed"}
     assert entry["parse_failed"] == entry["no_decision"] > 0
+    assert entry["parse_items"] == len(source) > entry["parse_failed"]  # every item the guard was asked
     calibration = pd.read_csv(out / "calibration.csv")
     assert set(calibration["guard"]) == {GUARD_MODEL}
     assert set(calibration["model"]) == {GUARD_MODEL, *plan}
@@ -254,7 +257,7 @@ def _synthetic_guard_run(tmp_path: Path) -> Layout:
     guard_effect = {"model": GUARD_MODEL, "benchmark": "jbb_benign", "subset": "clean"}
     guard_effect |= {"over_ref_default": 0.2, "over_ref_boundary_unsafe": 0.25, "change": 0.05}
     pd.concat([effect, pd.DataFrame([guard_effect])]).to_csv(analysis / "mapping_effect.csv", index=False)
-    pd.DataFrame(
+    parse = pd.DataFrame(
         [
             {
                 "model": GUARD_MODEL,
@@ -266,7 +269,13 @@ def _synthetic_guard_run(tmp_path: Path) -> Layout:
                 "no_decision": 7,
             }
         ]
-    ).to_csv(analysis / "baseline_parse.csv", index=False)
+    )
+    parse.to_csv(analysis / "baseline_parse.csv", index=False)
+    # What stage analyse derives from these: the mapping tables and summary.json's `baselines` block.
+    write_mapping_tables(analysis)
+    summary = json.loads((analysis / "summary.json").read_text(encoding="utf-8"))
+    summary["baselines"] = baseline_summary(pd.read_csv(analysis / "scores.csv"), parse, "clean")
+    (analysis / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     rows = []
     for mapping, guard_mapping, target in (("default", "relaxed", 0.2), ("boundary_unsafe", "strict", 0.3)):
         for model, kind, scale, branch, seed, threshold, cap in (
@@ -307,15 +316,28 @@ def _synthetic_guard_run(tmp_path: Path) -> Layout:
     return layout
 
 
-def test_report_table2_and_calibrated_comparison(tmp_path: Path) -> None:
+def test_report_table2_and_calibrated_comparison(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     layout = _synthetic_guard_run(tmp_path)
+    picked = []
+    pick = headline.branch_headline
+
+    def counted(scores: pd.DataFrame, **kwargs) -> pd.DataFrame:
+        picked.append(kwargs["mapping"])
+        return pick(scores, **kwargs)
+
+    monkeypatch.setattr(headline, "branch_headline", counted)
     text = report(layout)
+    # Table 1's rows once per mapping: the headline's, which is also the guards' relaxed one, and strict.
+    assert picked == ["default", "boundary_unsafe"]
     section = text[text.index("## Table 2") : text.index("## Rank tests")]
     assert "Qwen/Qwen3Guard-Gen-0.6B @ fada3b2f65" in section
     guard_row = next(line for line in section.splitlines() if line.startswith("| `qwen3guard_0_6b`"))
     assert guard_row.endswith("| 7 / 500 |")
     assert "| small E1 |" in section and "| large teacher-policy_a |" in section
-    assert "strict − relaxed moves mean OVER-REF by +0.050" in section
+    # Mapping vs retraining (mapping_vs_retraining.csv): the guard's relaxed -> strict OVER-REF beside the
+    # spread of our main-seed branches' OVER-REF per scale, as the report computed them before reading them.
+    assert "strict − relaxed moves mean OVER-REF by +0.050 (0.755 → 0.805)" in section
+    assert "seed 42) — small: 0.065–0.895 (span 0.830); large: 0.115–0.855 (span 0.740)." in section
     assert "**`qwen3guard_0_6b` (Qwen/Qwen3Guard-Gen-0.6B @ fada3b2f65), strict**" in section
     assert "| large E1 | 0.400 | 0.300 | 0.730 | 0.310 | 0.500 (no interval) |" in section
     # The mapping-effect table lists the guard too.

@@ -26,6 +26,7 @@ from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, TRADEOFF_COLUMNS
 from guardpolicy.analysis.contrasts import copyright_vs_noise, load_contrast
 from guardpolicy.analysis.correlations import correlation_table
 from guardpolicy.analysis.headline import HEADLINE_COLUMNS
+from guardpolicy.analysis.mapping import LEVER_COLUMNS, MAPPING_BY_MODEL_COLUMNS
 from guardpolicy.analysis.matrices import DatasetMatrix, build_matrices
 from guardpolicy.analysis.ranks import rank_test_table
 from guardpolicy.analysis.scores import (
@@ -469,6 +470,8 @@ EXPECTED_FILES = {
     "competence.csv": ",".join(COMPETENCE_COLUMNS),
     "tradeoff.csv": ",".join(TRADEOFF_COLUMNS),
     "mapping_effect.csv": "model,benchmark,subset,over_ref_default,over_ref_boundary_unsafe,change",
+    "mapping_effect_by_model.csv": ",".join(MAPPING_BY_MODEL_COLUMNS),
+    "mapping_vs_retraining.csv": ",".join(LEVER_COLUMNS),
     "xstest.csv": "model,subset,xstest_type,n,over_ref,ci_low,ci_high",
     "xstest_pairs.csv": "model,subset,pairs,consistent,consistency,ci_low,ci_high",
 }

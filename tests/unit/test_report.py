@@ -21,7 +21,8 @@ from helpers.synthetic_run import (
 
 from guardpolicy.errors import InputError
 from guardpolicy.layout import Layout
-from guardpolicy.reporting.report import natural_key
+from guardpolicy.reporting import headline
+from guardpolicy.reporting.formatting import natural_key
 from guardpolicy.stages.report import report
 
 
@@ -342,6 +343,8 @@ def test_competence_section_without_a_fingerprint(tmp_path):
         ("reports/analysis/span_scale.csv", "analyse"),
         ("reports/analysis/competence.csv", "analyse"),
         ("reports/analysis/tradeoff.csv", "analyse"),
+        ("reports/analysis/mapping_effect_by_model.csv", "analyse"),
+        ("reports/analysis/mapping_vs_retraining.csv", "analyse"),
         ("reports/analysis/summary.json", "analyse"),
         ("reports/contamination.json", "audit"),
         ("data/models.yaml", "guardpolicy plan"),
@@ -397,6 +400,36 @@ def test_scores_without_headline_means_is_an_input_error(tmp_path):
     assert "mean:" not in _section(text, "## Scores per benchmark") and "mean:" not in _section(
         text, "## Reading"
     )
+
+
+def test_mapping_effect_prints_the_analysis_summary_per_model(tmp_path):
+    """The per-model mean and largest change are mapping_effect_by_model.csv's, not recomputed from
+    mapping_effect.csv: a value planted in the summary table is what the report prints."""
+    layout = write_synthetic_run(tmp_path)
+    path = layout.path("analysis_table", table="mapping_effect_by_model")
+    table = pd.read_csv(path)
+    row = (table["model"] == "small-E5") & (table["subset"] == "clean")
+    table.loc[row, ["mean_change", "largest_benchmark", "largest_change"]] = [0.777, "planted", -0.5]
+    table.to_csv(path, index=False)
+    section = _section(report(layout), "## Binary mapping effect")
+    assert "| small | small-E5 | +0.777 | planted: 0.110 → 0.210 (-0.500) |" in section
+    # The other models keep what the analysis derived from mapping_effect.csv.
+    assert "| small | small-E3 | +0.211 | jbb_benign: 0.100 → 0.421 (+0.321) |" in section
+
+
+def test_table1_rows_are_picked_once_per_mapping(monkeypatch, tmp_path):
+    """Table 1's rows are picked from scores.csv once for the figures, the plot tables and every section;
+    with no guard scored only the headline mapping is needed."""
+    calls = []
+    pick = headline.branch_headline
+
+    def counted(scores, **kwargs):
+        calls.append(kwargs["mapping"])
+        return pick(scores, **kwargs)
+
+    monkeypatch.setattr(headline, "branch_headline", counted)
+    report(write_synthetic_run(tmp_path))
+    assert calls == ["default"]
 
 
 def test_natural_branch_order():

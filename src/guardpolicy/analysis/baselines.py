@@ -292,7 +292,8 @@ def guard_headline(scores: pd.DataFrame, model: str, subset: str) -> dict[str, d
 
 def baseline_summary(scores: pd.DataFrame, parse: pd.DataFrame, subset: str) -> dict[str, dict]:
     """summary.json's `baselines`: per guard, CAP / OVER-REF / COPY (with intervals) relaxed and strict, the
-    change of mean over-refusal from relaxed to strict, and its parse counts."""
+    change of mean over-refusal from relaxed to strict, and its parse counts (failed and no-decision answers
+    out of `parse_items`, every item it was asked about)."""
     tree: dict[str, dict] = {}
     for model in sorted(set(scores.loc[scores["kind"] == BASELINE_KIND, "model"])):
         entry: dict = guard_headline(scores, model, subset)
@@ -303,5 +304,6 @@ def baseline_summary(scores: pd.DataFrame, parse: pd.DataFrame, subset: str) -> 
         counts = parse[parse["model"] == model]
         entry["parse_failed"] = int(counts["failed"].sum())
         entry["no_decision"] = int(counts["no_decision"].sum())
+        entry["parse_items"] = int(counts["n"].sum())
         tree[str(model).removeprefix(MODEL_PREFIX)] = entry
     return tree

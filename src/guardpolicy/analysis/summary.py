@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from guardpolicy.analysis.mapping import largest_change
+
 DIGITS = 6
 
 
@@ -122,8 +124,8 @@ def mapping_summary(mapping_effect: pd.DataFrame, subset: str) -> dict[str, Any]
     chosen = mapping_effect[mapping_effect["subset"] == subset].dropna(subset=["change"])
     if chosen.empty:
         return {"largest_model": None, "largest_benchmark": None, "largest_change": None, "mean_change": None}
-    # Ties broken by the table's sorted order (model, benchmark), so the pick is deterministic.
-    largest = chosen.loc[chosen["change"].abs().idxmax()]
+    # The rule of mapping_effect_by_model.csv's per-model pick: ties by the table's order (model, benchmark).
+    largest = largest_change(chosen)
     return {
         "largest_model": largest["model"],
         "largest_benchmark": largest["benchmark"],

@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from guardpolicy.analysis.baselines import GUARD_SCALE
-from guardpolicy.reporting.report import natural_key
+from guardpolicy.reporting.formatting import natural_key
 
 FIGURE_DPI = 100
 # One colour per benchmark load group and per model scale (matplotlib's tab10, fixed so runs match).

@@ -16,7 +16,7 @@ from guardpolicy.analysis.baselines import BASELINE_KIND, HEADLINE_ROWS, guard_h
 from guardpolicy.analysis.scores import MEAN_HARMFUL
 from guardpolicy.analysis.summary import clean_tree
 from guardpolicy.layout import relative_path
-from guardpolicy.reporting.report import MISSING, fmt, fmt_ci, fmt_count, fmt_signed, markdown_table
+from guardpolicy.reporting.formatting import MISSING, fmt, fmt_ci, fmt_count, fmt_signed, markdown_table
 
 
 def _best_at_guard_point(calibration: pd.DataFrame, model: str, main_seed: int) -> dict[str, Any]:

@@ -12,9 +12,9 @@ pipelines/baselines/dvc.yaml), reports/baselines/<guard>/predictions.parquet, an
 `baseline-<guard>` beside ours (data/taxonomy.yaml says which gold classes are safe for the calibration).
 Writes scores.csv (per dataset, plus the headline means `mean:harmful` / `mean:benign` with their bootstrap
 intervals), span.csv, span_scale.csv, noise_floor.csv, swing_vs_span.csv, rank_test.csv, correlations.csv,
-headline.csv, competence.csv, tradeoff.csv, mapping_effect.csv, xstest.csv, xstest_pairs.csv,
-baseline_parse.csv, calibration.csv and summary.json (see docs/data-contracts.md, "Analysis"). With no guard
-configured the two baseline tables have a header only.
+headline.csv, competence.csv, tradeoff.csv, mapping_effect.csv, mapping_effect_by_model.csv,
+mapping_vs_retraining.csv, xstest.csv, xstest_pairs.csv, baseline_parse.csv, calibration.csv and summary.json
+(see docs/data-contracts.md, "Analysis"). With no guard configured the two baseline tables have a header only.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from guardpolicy.analysis.contrasts import (
 from guardpolicy.analysis.correlations import correlation_table, policy_label_agreement
 from guardpolicy.analysis.fingerprint import PROMPT_LABEL_COLUMNS
 from guardpolicy.analysis.headline import headline_table
+from guardpolicy.analysis.mapping import mapping_effect_by_model, mapping_vs_retraining
 from guardpolicy.analysis.matrices import (
     BOUNDARY_UNSAFE,
     DEFAULT,
@@ -401,6 +402,8 @@ def analyse(
         mapping=config.mapping,
     )
     mapping_effect = mapping_effect_table(store)
+    mapping_by_model = mapping_effect_by_model(mapping_effect)
+    levers = mapping_vs_retraining(scores, subset=config.subset, main_seed=seed)
     xstest = [m for m in matrices if m.name == XSTEST]
     if xstest:
         types = type_over_refusal(xstest[0], model_order, config.mapping, config.confidence)
@@ -497,6 +500,8 @@ def analyse(
         "competence.csv": competence,
         "tradeoff.csv": tradeoff,
         "mapping_effect.csv": mapping_effect,
+        "mapping_effect_by_model.csv": mapping_by_model,
+        "mapping_vs_retraining.csv": levers,
         "xstest.csv": types,
         "xstest_pairs.csv": pairs,
         "baseline_parse.csv": parse,

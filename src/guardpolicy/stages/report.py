@@ -2,11 +2,13 @@
 
 Reads reports/analysis/ (stage `analyse`: scores, spans per benchmark and per scale, noise floor, swing vs
 span, rank tests, correlations, the capability-only headline, competence and its
-threshold trade-off, summary.json),
+threshold trade-off, the mapping effect per model, mapping vs retraining, summary.json),
 reports/fingerprint.csv (stage `fingerprint`, optional), reports/contamination.json (`audit`),
 reports/agreement.json and its heatmap (`agreement`), reports/benchmarks.json (`benchmarks_report`),
 data/models.yaml (`guardpolicy plan`) and params.yaml; the Markdown and figures are built by the pure
-`guardpolicy.reporting.report` / `.figures`.
+`guardpolicy.reporting.report` (its sections under `.sections`) / `.figures`. Table 1's rows are picked from
+scores.csv once per mapping the report shows (`reporting.headline.branch_headlines`) and shared by the
+figures, the plot tables and every section.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, TRADEOFF_COLUMNS
 from guardpolicy.analysis.contrasts import SWING_SPAN_COLUMNS
 from guardpolicy.analysis.correlations import CORRELATION_COLUMNS
 from guardpolicy.analysis.headline import HEADLINE_COLUMNS
+from guardpolicy.analysis.mapping import LEVER_COLUMNS, MAPPING_BY_MODEL_COLUMNS
 from guardpolicy.analysis.ranks import RANK_TEST_COLUMNS
 from guardpolicy.analysis.span_tables import (
     NOISE_FLOOR_COLUMNS,
@@ -39,14 +42,14 @@ from guardpolicy.errors import InputError
 from guardpolicy.io import atomic_path, read_json, write_text
 from guardpolicy.layout import Layout
 from guardpolicy.reporting.figures import cap_vs_overref_png, span_vs_floor_png
-from guardpolicy.reporting.report import (
-    ReportInputs,
-    branch_headline,
+from guardpolicy.reporting.headline import (
+    branch_headlines,
     branch_scores_table,
-    render_report,
     span_headline,
     span_plot_table,
 )
+from guardpolicy.reporting.inputs import ReportInputs
+from guardpolicy.reporting.report import render_report
 from guardpolicy.training.branches import main_seed, teacher_name
 
 log = logging.getLogger(__name__)
@@ -131,6 +134,17 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("model", "benchmark", "subset", "over_ref_default", "over_ref_boundary_unsafe", "change"),
         ("over_ref_default", "over_ref_boundary_unsafe", "change"),
     ),
+    "mapping_effect_by_model": (
+        MAPPING_BY_MODEL_COLUMNS,
+        (
+            "n_benchmarks",
+            "mean_change",
+            "largest_over_ref_default",
+            "largest_over_ref_boundary_unsafe",
+            "largest_change",
+        ),
+    ),
+    "mapping_vs_retraining": (LEVER_COLUMNS, ("n_models", "over_ref_from", "over_ref_to", "change")),
     "xstest": (
         ("model", "subset", "xstest_type", "n", "over_ref", "ci_low", "ci_high"),
         ("n", "over_ref", "ci_low", "ci_high"),
@@ -286,17 +300,14 @@ def report(layout: Layout | None = None) -> str:
             "headline",
             "competence",
             "tradeoff",
-            "mapping_effect",
+            "mapping_effect_by_model",
+            "mapping_vs_retraining",
             "xstest",
             "xstest_pairs",
         )
     }
-    baseline_tables = {
-        name: read_table(layout.path("analysis_table", table=name), name, analyse)
-        if layout.path("analysis_table", table=name).is_file()
-        else None
-        for name in ("baseline_parse", "calibration")
-    }
+    calibration_path = layout.path("analysis_table", table="calibration")
+    calibration = read_table(calibration_path, "calibration", analyse) if calibration_path.is_file() else None
     noise_floor_path = layout.path("analysis_table", table="noise_floor")
     noise_floor = read_table(noise_floor_path, "noise_floor", analyse) if noise_floor_path.is_file() else None
     fingerprint_path = Path(fingerprint_file)
@@ -320,7 +331,7 @@ def report(layout: Layout | None = None) -> str:
     )
 
     analysis_params = params.analysis
-    headline = branch_headline(
+    headlines = branch_headlines(
         tables["scores"],
         subset=analysis_params.subset,
         mapping=analysis_params.mapping,
@@ -328,6 +339,7 @@ def report(layout: Layout | None = None) -> str:
         policies=tuple(params.policies),
         source=layout.relative("analysis_table", table="scores"),
     )
+    headline = headlines[analysis_params.mapping]
     seed = main_seed(params)
     markdown = out
     _write_png(
@@ -367,10 +379,12 @@ def report(layout: Layout | None = None) -> str:
         plan=plan,
         summary=summary,
         scores=tables["scores"],
+        headlines=headlines,
         span=tables["span"],
         rank_test=tables["rank_test"],
         correlations=tables["correlations"],
-        mapping_effect=tables["mapping_effect"],
+        mapping_effect_by_model=tables["mapping_effect_by_model"],
+        mapping_vs_retraining=tables["mapping_vs_retraining"],
         xstest=tables["xstest"],
         xstest_pairs=tables["xstest_pairs"],
         contamination=contamination,
@@ -383,8 +397,7 @@ def report(layout: Layout | None = None) -> str:
         capability_headline=tables["headline"],
         competence=tables["competence"],
         tradeoff=tables["tradeoff"],
-        baseline_parse=baseline_tables["baseline_parse"],
-        calibration=baseline_tables["calibration"],
+        calibration=calibration,
         guards=guard_facts(params),
         figure_links={
             "span_vs_floor": _link(layout.path("figure", figure="span_vs_floor"), markdown),
