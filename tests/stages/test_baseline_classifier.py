@@ -22,7 +22,7 @@ from helpers.tiny_guards import build_tiny_classifier
 from transformers import AutoModelForSequenceClassification, PreTrainedTokenizerFast
 
 from guardpolicy.baselines.adapters import EncoderClassifierAdapter
-from guardpolicy.baselines.backends import CLASSIFIED, SequenceClassifierBackend
+from guardpolicy.baselines.backends.classifier import CLASSIFIED, SequenceClassifierBackend
 from guardpolicy.baselines.base import Decoding
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
 from guardpolicy.baselines.registry import GuardSpec, parse_registry

@@ -21,7 +21,9 @@ from helpers.tiny_guards import CLASSIFIER_LABEL_MAP, CLASSIFIER_PROMPTS, build_
 from safetensors.torch import load_file
 
 from guardpolicy.baselines.adapters import EncoderClassifierAdapter
-from guardpolicy.baselines.backends import LoadPolicy, SequenceClassifierBackend, TransformersBackend
+from guardpolicy.baselines.backends.causal_lm import TransformersBackend
+from guardpolicy.baselines.backends.classifier import SequenceClassifierBackend
+from guardpolicy.baselines.backends.local import LoadPolicy
 from guardpolicy.baselines.base import Decoding
 from guardpolicy.baselines.registry import load_baseline_registry
 from guardpolicy.config import EncoderConfig

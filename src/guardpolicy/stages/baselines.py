@@ -30,13 +30,10 @@ import pandas as pd
 import pyarrow as pa
 
 from guardpolicy.baselines import MODEL_PREFIX
-from guardpolicy.baselines.backends import (
-    DEFAULT_CLASSIFIER_MAX_LENGTH,
-    LoadPolicy,
-    OpenAIServerBackend,
-    SequenceClassifierBackend,
-    TransformersBackend,
-)
+from guardpolicy.baselines.backends.causal_lm import TransformersBackend
+from guardpolicy.baselines.backends.classifier import DEFAULT_CLASSIFIER_MAX_LENGTH, SequenceClassifierBackend
+from guardpolicy.baselines.backends.local import LoadPolicy
+from guardpolicy.baselines.backends.server import OpenAIServerBackend
 from guardpolicy.baselines.base import Backend, Decoding, GuardVerdict, PromptTokens
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
 from guardpolicy.baselines.mapping import PARSE_STATUSES, binary_decision, parse_failure_counts
