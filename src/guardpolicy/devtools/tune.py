@@ -195,7 +195,7 @@ def tune(
     from guardpolicy.taxonomy import load_taxonomy
     from guardpolicy.training.datasets import ExampleSources, build_examples
     from guardpolicy.training.device import configure_threads
-    from guardpolicy.training.loop import TrainRecipe, train
+    from guardpolicy.training.loop import train
     from guardpolicy.training.prefix_cache import (
         POOL_SET,
         cache_key,
@@ -203,6 +203,7 @@ def tune(
         read_prefix_cache,
         write_prefix_cache,
     )
+    from guardpolicy.training.recipe import TrainRecipe
 
     layout = layout or Layout.discover()
     study = load_study(layout.resolve(study_file))

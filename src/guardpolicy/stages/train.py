@@ -240,8 +240,9 @@ def _train_run(
     run: _Run, params: Params, taxonomy: Taxonomy, layout: Layout
 ) -> tuple[dict[str, Any], pd.DataFrame, float]:
     """Assemble the examples, train, write the checkpoint and its card; return (card, examples, seconds)."""
-    from guardpolicy.training.loop import TrainRecipe, train
+    from guardpolicy.training.loop import train
     from guardpolicy.training.prefix_cache import prefix_stage
+    from guardpolicy.training.recipe import TrainRecipe
 
     init_dir = layout.root / run.init_dir
     if not (init_dir / "config.json").is_file():
