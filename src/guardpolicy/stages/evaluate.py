@@ -39,7 +39,7 @@ from guardpolicy.evaluation.items import (
     split_items,
 )
 from guardpolicy.evaluation.metrics import ROLES, model_metrics
-from guardpolicy.io import atomic_path, read_json, sha256_file, write_json, write_parquet
+from guardpolicy.io import atomic_path, read_json, read_parquet, sha256_file, write_json, write_parquet
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
@@ -54,19 +54,6 @@ _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 # ------------------------------------------------------------------------------------------------- inputs
-
-
-def _read_parquet(path: Path, hint: str, columns: list[str] | None = None) -> pd.DataFrame:
-    if not path.is_file():
-        raise InputError(path, f"file not found; {hint}")
-    if columns is not None:
-        import pyarrow.parquet as pq
-
-        present = set(pq.read_schema(path).names)
-        missing = [c for c in columns if c not in present]
-        if missing:
-            raise InputError(path, f"missing column(s) {missing}", row="header", field=missing[0])
-    return pd.read_parquet(path, columns=columns)
 
 
 def present_benchmarks(registry_file: str | Path, benchmarks_dir: str | Path) -> dict[str, str]:
@@ -100,22 +87,22 @@ def load_items(
     for name in roles:
         file = Path(benchmarks_dir) / f"{name}.parquet"
         clean_file = Path(clean_dir) / f"{name}.parquet"
-        frame = _read_parquet(file, f"run `dvc repro fetch@{name}` first")
-        clean_ids = _read_parquet(clean_file, "run `dvc repro audit` first", columns=["id"])["id"]
+        frame = read_parquet(file, f"run `dvc repro fetch@{name}` first")
+        clean_ids = read_parquet(clean_file, "run `dvc repro audit` first", columns=["id"])["id"]
         frames.append(benchmark_items(name, frame, clean_ids.astype("str"), policies, file))
     pool_path = Path(pool_file)
-    prompts = _read_parquet(pool_path, "run `dvc repro pool` first", ["id", "prompt"]).set_index("id")[
+    prompts = read_parquet(pool_path, "run `dvc repro pool` first", ["id", "prompt"]).set_index("id")[
         "prompt"
     ]
     labels, files = {}, {"pool": str(pool_path)}
     for policy in policies:
         path = Path(labels_dir) / f"{policy}.parquet"
         hint = f"run `dvc repro label@{policy}` first"
-        labels[policy] = _read_parquet(path, hint, ["id", "coarse"]).set_index("id")["coarse"]
+        labels[policy] = read_parquet(path, hint, ["id", "coarse"]).set_index("id")["coarse"]
         files[policy] = str(path)
     for split in params.evaluation.splits:
         path = Path(splits_dir) / f"{split}.parquet"
-        split_frame = _read_parquet(path, "run `dvc repro audit` first", ["id"])
+        split_frame = read_parquet(path, "run `dvc repro audit` first", ["id"])
         frames.append(split_items(split, split_frame, prompts, labels, {**files, "split": str(path)}))
     items = combine_items(frames, policies)
     counts = items.groupby("dataset").size()

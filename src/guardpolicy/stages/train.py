@@ -29,7 +29,15 @@ import pyarrow as pa
 
 from guardpolicy.config import EncoderConfig, Params, load_params
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import atomic_dir, read_json, sha256_file, write_json, write_parquet, write_text
+from guardpolicy.io import (
+    atomic_dir,
+    read_json,
+    read_parquet,
+    sha256_file,
+    write_json,
+    write_parquet,
+    write_text,
+)
 from guardpolicy.labeling import load_policy
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import Taxonomy, load_taxonomy
@@ -81,12 +89,6 @@ def _checked_params(layout: Layout, taxonomy: Taxonomy) -> Params:
         params, params_file, policy_rules=rules, coarse_classes=taxonomy.coarse_classes
     )
     return params
-
-
-def _read_parquet(path: Path, hint: str) -> pd.DataFrame:
-    if not path.is_file():
-        raise InputError(path, f"file not found; {hint}")
-    return pd.read_parquet(path)
 
 
 def _card_of(folder: str | Path) -> dict[str, Any] | None:
@@ -212,7 +214,7 @@ def _load_sources(run: _Run, layout: Layout) -> tuple[ExampleSources, dict[str, 
         "labels": "run `dvc repro label` first",
         "teacher": f"run `dvc repro teacher@{run.teacher}` first",
     }
-    frames = {key: _read_parquet(path, hints[key.split(":")[0]]) for key, path in files.items()}
+    frames = {key: read_parquet(path, hints[key.split(":")[0]]) for key, path in files.items()}
     sources = ExampleSources(
         pool=frames["pool"],
         splits={s: frames[f"split:{s}"] for s in split_names},
@@ -368,11 +370,11 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
     )
     card, examples, train_seconds = _train_run(run, params, taxonomy, layout)
 
-    pool = _read_parquet(layout.path("pool"), "run `dvc repro pool` first").set_index("id")["prompt"]
+    pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first").set_index("id")["prompt"]
     prefix = _scale_prefix(params, config.scale, layout)
     ids = pd.concat(
         [
-            _read_parquet(layout.path("split", split=s), "run `dvc repro audit` first")["id"]
+            read_parquet(layout.path("split", split=s), "run `dvc repro audit` first")["id"]
             for s in TEACHER_OUTPUT_SPLITS
         ]
     )

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import InputError, ValidationFailed
-from guardpolicy.io import read_json, write_json
+from guardpolicy.io import read_json, read_parquet, write_json
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.validation.gx import SuiteResult, suite_counts
@@ -34,13 +34,6 @@ from guardpolicy.validation.splits import (
 from guardpolicy.validation.splits import validate_splits as validate_split_files
 
 log = logging.getLogger(__name__)
-
-
-def read_parquet(path: str | Path, hint: str) -> pd.DataFrame:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, f"file not found; {hint}")
-    return pd.read_parquet(path)
 
 
 def suites_report(results: dict[str, SuiteResult], skipped: dict[str, str] | None = None) -> dict[str, Any]:
