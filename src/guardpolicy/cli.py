@@ -106,7 +106,7 @@ COMMANDS = {
     "bench-dag": "guardpolicy.devtools.bench:bench_dag",
     "tune": "guardpolicy.devtools.tune:tune",
     "code-deps": "guardpolicy.devtools.codedeps:code_deps",
-    "features": "guardpolicy.stages.evaluate:features",
+    "features": "guardpolicy.stages.features:features",
     "evaluate": "guardpolicy.stages.evaluate:evaluate",
     "fingerprint": "guardpolicy.stages.fingerprint:fingerprint",
     "analyse": "guardpolicy.stages.analyse:analyse",

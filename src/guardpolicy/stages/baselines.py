@@ -41,11 +41,11 @@ from guardpolicy.baselines.registry import REGISTRY_FILE as REGISTRY_FILE_BASELI
 from guardpolicy.baselines.registry import GuardSpec, build_adapter, guard_config, guard_spec, require_pinned
 from guardpolicy.config import BaselineGuardConfig, load_params
 from guardpolicy.errors import ConfigError
+from guardpolicy.evaluation.inputs import load_items
 from guardpolicy.evaluation.metrics import DIGITS, SUBSETS, auprc, cap, f1, headline, over_ref
 from guardpolicy.evaluation.scoring import log_truncation, prediction_columns
 from guardpolicy.io import write_json, write_parquet
 from guardpolicy.layout import Layout
-from guardpolicy.stages.evaluate import load_items
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from guardpolicy.config import load_params
 from guardpolicy.errors import InputError
+from guardpolicy.evaluation.inputs import present_benchmarks
 from guardpolicy.io import read_parquet
 from guardpolicy.layout import Layout
-from guardpolicy.stages.evaluate import present_benchmarks
 from guardpolicy.timing import note_work
 from guardpolicy.training import branches as registry
 from guardpolicy.training.prefix_cache import (
