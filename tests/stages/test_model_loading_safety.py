@@ -32,8 +32,8 @@ from guardpolicy.modeling.backbone import load_backbone
 from guardpolicy.modeling.guard import load_guard, save_guard
 from guardpolicy.modeling.weights import PickleWeightsRefused, RemoteCodeRefused
 from guardpolicy.runner import EXIT_BAD_INPUT, guarded
+from guardpolicy.stages.backbone import backbone
 from guardpolicy.stages.baselines import baseline
-from guardpolicy.stages.train import backbone
 
 REFUSAL = (
     "{folder}: only pickle weights (pytorch_model.bin), no safetensors; unpickling can run arbitrary code, "
