@@ -91,15 +91,15 @@ def show_taxonomy(taxonomy_file: str = TAXONOMY_FILE) -> str:
 # in torch, transformers and Great Expectations (~10 s of imports on a loaded 2-core machine), which
 # `guardpolicy params` or `guardpolicy plan` never need.
 COMMANDS = {
-    "fetch": "guardpolicy.stages.benchmarks:fetch",
-    "benchmarks-report": "guardpolicy.stages.benchmarks:report",
-    "validate-benchmarks": "guardpolicy.stages.benchmarks:validate",
+    "fetch": "guardpolicy.stages.fetch:fetch",
+    "benchmarks-report": "guardpolicy.stages.benchmarks_report:report",
+    "validate-benchmarks": "guardpolicy.stages.validate_benchmarks:validate",
     "pool": "guardpolicy.stages.pool:build",
     "label": "guardpolicy.stages.labels:label",
     "agreement": "guardpolicy.stages.agreement:agreement",
-    "validate-labels": "guardpolicy.stages.validate:validate_labels",
+    "validate-labels": "guardpolicy.stages.validate_labels:validate_labels",
     "audit": "guardpolicy.stages.audit:audit",
-    "validate-splits": "guardpolicy.stages.validate:validate_splits",
+    "validate-splits": "guardpolicy.stages.validate_splits:validate_splits",
     "plan": "guardpolicy.training.branches:write_plan",
     "bench-train": "guardpolicy.devtools.bench:bench_train",
     "bench-eval": "guardpolicy.evaluation.bench:bench_eval",
