@@ -1,6 +1,6 @@
-"""Stage features@<model> of dvc.yaml: what it reads and writes is in guardpolicy.stages.evaluate."""
+"""Stage features@<model> of dvc.yaml: what it reads and writes is in guardpolicy.stages.features."""
 
 from guardpolicy.runner import run_stage
 
 if __name__ == "__main__":
-    run_stage("guardpolicy.stages.evaluate:features")
+    run_stage("guardpolicy.stages.features:features")

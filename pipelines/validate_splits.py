@@ -1,6 +1,6 @@
-"""Stage validate_splits of dvc.yaml: what it reads and writes is in guardpolicy.stages.validate."""
+"""Stage validate_splits of dvc.yaml: what it reads and writes is in guardpolicy.stages.validate_splits."""
 
 from guardpolicy.runner import run_stage
 
 if __name__ == "__main__":
-    run_stage("guardpolicy.stages.validate:validate_splits")
+    run_stage("guardpolicy.stages.validate_splits:validate_splits")

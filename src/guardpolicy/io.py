@@ -1,4 +1,5 @@
-"""Atomic file and folder output, the write boundary, and hashing.
+"""Atomic file and folder output, the write boundary, hashing, and the checked reading of a stage's parquet
+inputs.
 
 Every output is written to a temporary file (or staging folder) beside its destination and renamed into
 place, so a crash or a bad input never leaves a half-written parquet, JSON file or checkpoint that a later
@@ -20,14 +21,17 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from guardpolicy.errors import GuardpolicyError
+from guardpolicy.errors import GuardpolicyError, InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _CHUNK = 1 << 20
 # A write that failed for want of space leaves (nearly) nothing free; filesystems keep some slack (ext4's
@@ -239,3 +243,46 @@ def write_parquet(path: str | Path, table: pa.Table) -> None:
 def read_json(path: str | Path) -> Any:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+# ------------------------------------------------------------------------------------------ parquet inputs
+
+
+def _parquet_schema(path: Path, hint: str, columns: Sequence[str]) -> pa.Schema:
+    """The schema of an existing, readable parquet file holding every one of `columns`, else an InputError
+    naming the file (and the first missing column); `hint` says how to produce a missing file."""
+    if not path.is_file():
+        raise InputError(path, f"file not found; {hint}")
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(path, f"not a readable parquet file: {exc}") from exc
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        raise InputError(path, f"missing column(s) {missing}", row="header", field=missing[0])
+    return schema
+
+
+def read_parquet(path: str | Path, hint: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """A stage's parquet input as a DataFrame: `columns` only (each must be present), or every column when
+    None. A missing file is an InputError "file not found; <hint>" (hint: how to produce it, e.g. "run `dvc
+    repro pool` first"); an unreadable one or a missing column is an InputError naming the file."""
+    import pandas as pd
+
+    path = Path(path)
+    _parquet_schema(path, hint, columns or ())
+    try:
+        return pd.read_parquet(path, columns=list(columns) if columns is not None else None)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(path, f"not a readable parquet file: {exc}") from exc
+
+
+def read_parquet_table(path: str | Path, hint: str, columns: Sequence[str] = ()) -> pa.Table:
+    """A stage's parquet input as an Arrow table with every column, after checking it holds `columns`
+    (errors as `read_parquet`'s)."""
+    path = Path(path)
+    _parquet_schema(path, hint, columns)
+    try:
+        return pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(path, f"not a readable parquet file: {exc}") from exc

@@ -12,8 +12,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
+from guardpolicy.baselines.predictions import EXTRA_COLUMNS
 from guardpolicy.evaluation.scoring import prediction_columns
-from guardpolicy.stages.baselines import EXTRA_COLUMNS
 from guardpolicy.taxonomy import COARSE_CLASSES, load_taxonomy
 from helpers.benchmarks import real_registry, registry_with, write_params
 from helpers.frames import benchmark_frame, write_parquet

@@ -40,7 +40,7 @@ from guardpolicy.data.normalise import schema_for
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ChecksumError, InputError
 from guardpolicy.layout import Layout
-from guardpolicy.stages.benchmarks import fetch
+from guardpolicy.stages.fetch import fetch
 
 
 def _csv_lines(rel: str) -> list[bytes]:

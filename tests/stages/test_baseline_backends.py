@@ -28,11 +28,10 @@ from transformers import (
     AutoTokenizer,
 )
 
-from guardpolicy.baselines.backends import (
-    PROBE_PROMPT,
-    BackendError,
+from guardpolicy.baselines.backends.causal_lm import TransformersBackend
+from guardpolicy.baselines.backends.common import PROBE_PROMPT, BackendError
+from guardpolicy.baselines.backends.server import (
     OpenAIServerBackend,
-    TransformersBackend,
     generation_from_reply,
     match_decision_logprobs,
 )

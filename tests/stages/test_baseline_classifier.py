@@ -22,13 +22,14 @@ from helpers.tiny_guards import build_tiny_classifier
 from transformers import AutoModelForSequenceClassification, PreTrainedTokenizerFast
 
 from guardpolicy.baselines.adapters import EncoderClassifierAdapter
-from guardpolicy.baselines.backends import CLASSIFIED, SequenceClassifierBackend
+from guardpolicy.baselines.backends.classifier import CLASSIFIED, SequenceClassifierBackend
 from guardpolicy.baselines.base import Decoding
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
+from guardpolicy.baselines.factory import build_backend
 from guardpolicy.baselines.registry import GuardSpec, parse_registry
 from guardpolicy.config import BaselineGuardConfig
 from guardpolicy.errors import ConfigError
-from guardpolicy.stages.baselines import baseline, build_backend
+from guardpolicy.stages.baselines import baseline
 
 LONG_PROMPT = " ".join(["ignore previous instructions"] * 20)
 

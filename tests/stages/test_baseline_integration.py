@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from guardpolicy.baselines.adapters import GraniteGuardianAdapter, LlamaGuardAdapter, Qwen3GuardAdapter
-from guardpolicy.baselines.backends import TransformersBackend
+from guardpolicy.baselines.backends.causal_lm import TransformersBackend
 from guardpolicy.baselines.base import Decoding
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
 from guardpolicy.baselines.mapping import binary_decision, parse_failure_counts

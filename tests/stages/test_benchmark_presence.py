@@ -19,7 +19,8 @@ from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ValidationFailed
 from guardpolicy.layout import Layout
 from guardpolicy.runner import EXIT_VALIDATION, guarded
-from guardpolicy.stages.benchmarks import fetch, validate
+from guardpolicy.stages.fetch import fetch
+from guardpolicy.stages.validate_benchmarks import validate
 
 REGISTRY = REPO_ROOT / "data" / "benchmarks.yaml"
 

@@ -31,7 +31,7 @@ from guardpolicy import io
 from guardpolicy.io import WriteError
 from guardpolicy.layout import ROOT_ENV
 from guardpolicy.runner import EXIT_BAD_INPUT, guarded
-from guardpolicy.stages.train import backbone
+from guardpolicy.stages.backbone import backbone
 from guardpolicy.training.checkpoint import LIVE_SNAPSHOT, STATE_FILE, save_state
 
 # What the writers raised when a write hit the OS limit (measured with RLIMIT_FSIZE; ENOSPC's number here).

@@ -21,7 +21,7 @@ from guardpolicy.data.acquire import download
 from guardpolicy.data.registry import parse_registry
 from guardpolicy.errors import ChecksumError
 from guardpolicy.layout import Layout
-from guardpolicy.stages.benchmarks import fetch
+from guardpolicy.stages.fetch import fetch
 
 CSV = (
     b"category,source,forbidden_prompt\n"

@@ -19,6 +19,7 @@ from helpers.paths import REPO_ROOT
 from sklearn.metrics import accuracy_score, average_precision_score, f1_score
 
 from guardpolicy.errors import InputError
+from guardpolicy.evaluation.features import check_features
 from guardpolicy.evaluation.items import item_keys
 from guardpolicy.evaluation.metrics import benchmark_metrics, headline
 from guardpolicy.evaluation.scoring import (
@@ -31,7 +32,8 @@ from guardpolicy.evaluation.scoring import (
 from guardpolicy.layout import Layout
 from guardpolicy.metrics import accuracy, auprc, cap, f1, over_ref
 from guardpolicy.modeling.guard import save_guard
-from guardpolicy.stages.evaluate import check_features, evaluate, features
+from guardpolicy.stages.evaluate import evaluate
+from guardpolicy.stages.features import features
 from guardpolicy.taxonomy import COARSE_CLASSES, load_taxonomy
 from guardpolicy.training.branches import write_plan
 from guardpolicy.training.device import choose_device

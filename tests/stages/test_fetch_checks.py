@@ -37,7 +37,7 @@ from helpers.paths import UPSTREAM
 from guardpolicy.data.normalise import stored_native_id
 from guardpolicy.errors import InputError
 from guardpolicy.layout import Layout
-from guardpolicy.stages.benchmarks import fetch
+from guardpolicy.stages.fetch import fetch
 
 
 def _without_last_rows(rel: str, n: int) -> bytes:

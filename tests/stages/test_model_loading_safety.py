@@ -21,7 +21,9 @@ from helpers.tiny_guards import CLASSIFIER_LABEL_MAP, CLASSIFIER_PROMPTS, build_
 from safetensors.torch import load_file
 
 from guardpolicy.baselines.adapters import EncoderClassifierAdapter
-from guardpolicy.baselines.backends import LoadPolicy, SequenceClassifierBackend, TransformersBackend
+from guardpolicy.baselines.backends.causal_lm import TransformersBackend
+from guardpolicy.baselines.backends.classifier import SequenceClassifierBackend
+from guardpolicy.baselines.backends.local import LoadPolicy
 from guardpolicy.baselines.base import Decoding
 from guardpolicy.baselines.registry import load_baseline_registry
 from guardpolicy.config import EncoderConfig
@@ -30,8 +32,8 @@ from guardpolicy.modeling.backbone import load_backbone
 from guardpolicy.modeling.guard import load_guard, save_guard
 from guardpolicy.modeling.weights import PickleWeightsRefused, RemoteCodeRefused
 from guardpolicy.runner import EXIT_BAD_INPUT, guarded
+from guardpolicy.stages.backbone import backbone
 from guardpolicy.stages.baselines import baseline
-from guardpolicy.stages.train import backbone
 
 REFUSAL = (
     "{folder}: only pickle weights (pytorch_model.bin), no safetensors; unpickling can run arbitrary code, "

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.modeling.guard import load_guard, save_guard
 from guardpolicy.modeling.prefix import TopView
-from guardpolicy.training.loop import TrainRecipe, train
+from guardpolicy.training.loop import train
 from guardpolicy.training.predict import predict
 from guardpolicy.training.prefix_cache import (
     POOL_SET,
@@ -23,6 +23,7 @@ from guardpolicy.training.prefix_cache import (
     read_prefix_cache,
     write_prefix_cache,
 )
+from guardpolicy.training.recipe import TrainRecipe
 
 FROZEN = 2  # of the tiny ModernBERT's 3 layers
 MARKERS = ["safe", "harmful", "refuse", "compound"]

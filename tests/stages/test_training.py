@@ -17,9 +17,11 @@ from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.modeling.backbone import offline_tokenizer
 from guardpolicy.modeling.guard import save_guard
 from guardpolicy.training.collate import encode_prompts, epoch_batches, span_token_labels
-from guardpolicy.training.loop import TrainRecipe, set_trainable, train
+from guardpolicy.training.loop import train
 from guardpolicy.training.losses import coarse_loss, distillation_kl, span_loss
+from guardpolicy.training.model_setup import set_trainable
 from guardpolicy.training.predict import predict
+from guardpolicy.training.recipe import TrainRecipe
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
 

@@ -121,7 +121,7 @@ def test_generative_guards_get_the_whole_prompt(
     local = {"backend": "transformers", "model": "models/tiny", "dtype": "fp32"}
     served = {"backend": "server", "base_url": server.base_url, "model": "qwen-guard"}
     set_baselines(baseline_workspace, {"tiny": local, "served": served})
-    with caplog.at_level(logging.INFO, logger="guardpolicy.stages.baselines"):
+    with caplog.at_level(logging.INFO, logger="guardpolicy.baselines.predictions"):
         baseline("tiny")
         baseline("served")
     tiny = read_outputs(baseline_workspace, "tiny")[0].to_pandas()

@@ -22,7 +22,7 @@ from guardpolicy.data.normalise import CORE_COLUMNS
 from guardpolicy.data.registry import BenchmarkSpec, parse_registry
 from guardpolicy.errors import ValidationFailed
 from guardpolicy.layout import Layout
-from guardpolicy.stages.benchmarks import validate
+from guardpolicy.stages.validate_benchmarks import validate
 from guardpolicy.validation.benchmarks import validate_benchmark
 from guardpolicy.validation.gx import SuiteResult
 

@@ -23,7 +23,8 @@ from helpers.paths import REPO_ROOT
 from guardpolicy.config import AgreementConfig, NormaliseConfig
 from guardpolicy.errors import ValidationFailed
 from guardpolicy.layout import Layout
-from guardpolicy.stages.validate import validate_labels, validate_splits
+from guardpolicy.stages.validate_labels import validate_labels
+from guardpolicy.stages.validate_splits import validate_splits
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.validation.gx import SuiteResult
 from guardpolicy.validation.labels import validate_agreement

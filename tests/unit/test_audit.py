@@ -692,7 +692,7 @@ def test_stage_bad_inputs_name_the_file(tmp_path: Path) -> None:
     assert error.value.file == str(label_file)
 
     label_file.unlink()
-    with pytest.raises(InputError, match="missing") as error:
+    with pytest.raises(InputError, match="file not found; run `dvc repro label@policy_b` first") as error:
         audit(layout)
     assert error.value.file == str(label_file)
 

@@ -31,7 +31,7 @@ from helpers.paths import MIRROR, REPO_ROOT, UPSTREAM
 from guardpolicy.data.normalise import CORE_COLUMNS, schema_for
 from guardpolicy.data.registry import load_registry
 from guardpolicy.layout import Layout
-from guardpolicy.stages.benchmarks import fetch
+from guardpolicy.stages.fetch import fetch
 
 
 @dataclass(frozen=True)

@@ -181,12 +181,12 @@ def tune(
     default: this repository, which also gives the pool, splits, labels and benchmarks it reads and the work
     folder .cache/tune). tables_only: rewrite settings.csv and table.md from the runs.csv already there,
     training nothing (after an interrupted study)."""
+    from guardpolicy.evaluation.inputs import present_benchmarks
     from guardpolicy.modeling.guard import GuardModel, load_guard, save_guard
-    from guardpolicy.stages.evaluate import present_benchmarks
     from guardpolicy.taxonomy import load_taxonomy
     from guardpolicy.training.datasets import ExampleSources, build_examples
     from guardpolicy.training.device import configure_threads
-    from guardpolicy.training.loop import TrainRecipe, train
+    from guardpolicy.training.loop import train
     from guardpolicy.training.prefix_cache import (
         POOL_SET,
         cache_key,
@@ -194,6 +194,7 @@ def tune(
         read_prefix_cache,
         write_prefix_cache,
     )
+    from guardpolicy.training.recipe import TrainRecipe
 
     layout = layout or Layout.discover()
     study = load_study(layout.resolve(study_file))

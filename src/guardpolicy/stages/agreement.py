@@ -6,30 +6,15 @@ import logging
 import os
 from pathlib import Path
 
-import pandas as pd
-
 from guardpolicy.analysis.agreement import agreement_report
 from guardpolicy.config import load_params
-from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import atomic_path, write_json, write_text
+from guardpolicy.errors import ConfigError
+from guardpolicy.io import atomic_path, read_parquet, write_json, write_text
 from guardpolicy.layout import Layout
 from guardpolicy.reporting.agreement import agreement_heatmap, agreement_markdown
 from guardpolicy.taxonomy import load_taxonomy
 
 log = logging.getLogger(__name__)
-
-
-def read_columns(path: Path, columns: list[str], hint: str) -> pd.DataFrame:
-    """The named columns of a parquet file; a missing file or column is an InputError naming it."""
-    if not path.is_file():
-        raise InputError(path, f"file not found; {hint}")
-    import pyarrow.parquet as pq
-
-    present = set(pq.read_schema(path).names)
-    missing = [c for c in columns if c not in present]
-    if missing:
-        raise InputError(path, f"missing column(s) {missing}", row="header", field=missing[0])
-    return pd.read_parquet(path, columns=columns)
 
 
 def agreement(layout: Layout | None = None) -> dict:
@@ -46,12 +31,12 @@ def agreement(layout: Layout | None = None) -> dict:
                 f"{sorted(params.policies)}"
             )
     taxonomy = load_taxonomy(layout.path("taxonomy"))
-    pool = read_columns(layout.path("pool"), ["id", "source"], "run `dvc repro pool` first")
+    pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first", ["id", "source"])
     frames = [
-        read_columns(
+        read_parquet(
             layout.path("policy_labels", policy=policy),
-            ["id", "coarse"],
             f"run `dvc repro label@{policy}` first",
+            ["id", "coarse"],
         )
         for policy in pair
     ]

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from guardpolicy.audit.contamination import audit_contamination, contamination_markdown
 from guardpolicy.audit.groups import GROUP_COLUMN, duplicate_groups, group_summary
@@ -28,25 +27,10 @@ from guardpolicy.audit.splits import SPLITS, assign_splits, coarse_column, strat
 from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import atomic_dir, write_json, write_parquet, write_text
+from guardpolicy.io import atomic_dir, read_parquet_table, write_json, write_parquet, write_text
 from guardpolicy.layout import Layout
 
 log = logging.getLogger(__name__)
-
-
-def _read_parquet(path: Path, what: str, columns: tuple[str, ...]) -> pa.Table:
-    if not path.is_file():
-        raise InputError(path, f"missing; run `dvc repro {what}` first")
-    try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise InputError(path, f"not a readable parquet file: {exc}") from exc
-    for column in columns:
-        if column not in table.column_names:
-            raise InputError(
-                path, f"required column is missing (have {table.column_names})", row="header", field=column
-            )
-    return table
 
 
 def _check_ids(frame: pd.DataFrame, path: Path, text_column: str | None = None) -> None:
@@ -66,7 +50,7 @@ def _check_ids(frame: pd.DataFrame, path: Path, text_column: str | None = None) 
 
 def read_pool(pool_file: str | Path) -> pd.DataFrame:
     path = Path(pool_file)
-    table = _read_parquet(path, "pool", ("id", "prompt", "source"))
+    table = read_parquet_table(path, "run `dvc repro pool` first", ("id", "prompt", "source"))
     pool = table.select(["id", "prompt", "source"]).to_pandas()
     _check_ids(pool, path, text_column="prompt")
     return pool
@@ -80,7 +64,8 @@ def join_labels(
     pool_ids = set(pool["id"])
     for policy in policies:
         path = Path(labels_dir) / f"{policy}.parquet"
-        labels = _read_parquet(path, f"label@{policy}", ("id", "coarse")).select(["id", "coarse"]).to_pandas()
+        hint = f"run `dvc repro label@{policy}` first"
+        labels = read_parquet_table(path, hint, ("id", "coarse")).select(["id", "coarse"]).to_pandas()
         _check_ids(labels, path)
         missing_coarse = labels["coarse"].isna()
         if missing_coarse.any():
@@ -115,7 +100,7 @@ def read_benchmarks(registry_file: str | Path, benchmarks_dir: str | Path) -> di
     tables = {}
     for name in load_registry(registry_file):
         path = Path(benchmarks_dir) / f"{name}.parquet"
-        table = _read_parquet(path, f"fetch@{name}", ("id", "prompt"))
+        table = read_parquet_table(path, f"run `dvc repro fetch@{name}` first", ("id", "prompt"))
         _check_ids(table.select(["id", "prompt"]).to_pandas(), path, text_column="prompt")
         tables[name] = table
     return tables

@@ -30,7 +30,7 @@ from guardpolicy.analysis.fingerprint import (
 from guardpolicy.config import load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import atomic_path, read_json, write_json, write_text
+from guardpolicy.io import atomic_path, read_json, read_parquet, write_json, write_text
 from guardpolicy.labeling import Labeler, load_policy, make_labeler
 from guardpolicy.labeling.benchmarks import (
     GOLD_COLUMN,
@@ -53,9 +53,7 @@ IMPORT_REASON = (
 
 def _read_benchmark(path: Path) -> pd.DataFrame:
     """A fetched benchmark with a usable gold column; bad gold names the row and the field."""
-    if not path.is_file():
-        raise InputError(path, f"file not found; run `dvc repro fetch@{path.stem}` first")
-    frame = pd.read_parquet(path)
+    frame = read_parquet(path, f"run `dvc repro fetch@{path.stem}` first")
     missing = [c for c in ("id", "prompt", GOLD_COLUMN) if c not in frame.columns]
     if missing:
         raise InputError(path, f"missing column(s) {missing}", row="header", field=missing[0])

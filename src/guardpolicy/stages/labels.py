@@ -10,11 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import pandas as pd
-
 from guardpolicy.config import load_params
-from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import sha256_file, write_json, write_parquet
+from guardpolicy.errors import ConfigError
+from guardpolicy.io import read_parquet, sha256_file, write_json, write_parquet
 from guardpolicy.labeling import label_summary, label_table, load_policy, make_labeler
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import load_taxonomy
@@ -40,9 +38,7 @@ def label(policy: str, layout: Layout | None = None) -> dict[str, Any]:
             f"{params_file}: policies.{policy}.file: {policy_params.file} is policy {policy_spec.name!r}"
         )
     pool_path = layout.path("pool")
-    if not pool_path.is_file():
-        raise InputError(pool_path, "pool file not found; run `dvc repro pool` first")
-    pool = pd.read_parquet(pool_path)
+    pool = read_parquet(pool_path, "run `dvc repro pool` first")
     pool_file = layout.relative("pool")  # names the pool in messages
     labeler = make_labeler(policy_params, policy_spec, taxonomy)
     log.info(

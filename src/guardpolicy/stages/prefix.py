@@ -13,12 +13,11 @@ import logging
 import time
 from typing import Any
 
-import pandas as pd
-
 from guardpolicy.config import load_params
 from guardpolicy.errors import InputError
+from guardpolicy.evaluation.inputs import present_benchmarks
+from guardpolicy.io import read_parquet
 from guardpolicy.layout import Layout
-from guardpolicy.stages.evaluate import present_benchmarks
 from guardpolicy.timing import note_work
 from guardpolicy.training import branches as registry
 from guardpolicy.training.prefix_cache import (
@@ -37,17 +36,12 @@ PREFIX_BATCH_SIZE = 64
 
 def _prompts(layout: Layout) -> tuple[list[str], list[str]]:
     """(keys, prompts) of the pool and of every fetched benchmark."""
-    pool_file = layout.path("pool")
-    if not pool_file.is_file():
-        raise InputError(pool_file, "file not found; run `dvc repro pool` first")
-    pool = pd.read_parquet(pool_file, columns=["id", "prompt"])
+    pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first", ["id", "prompt"])
     keys = [cache_key(POOL_SET, str(i)) for i in pool["id"]]
     prompts = pool["prompt"].tolist()
     for name in present_benchmarks(layout.path("benchmark_registry"), layout.path("benchmarks")):
         file = layout.path("benchmark", benchmark=name)
-        if not file.is_file():
-            raise InputError(file, f"file not found; run `dvc repro fetch@{name}` first")
-        frame = pd.read_parquet(file, columns=["id", "prompt"])
+        frame = read_parquet(file, f"run `dvc repro fetch@{name}` first", ["id", "prompt"])
         keys += [cache_key(name, str(i)) for i in frame["id"]]
         prompts += frame["prompt"].tolist()
     return keys, prompts

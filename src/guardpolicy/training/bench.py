@@ -151,8 +151,8 @@ def _run_trainer(
     from guardpolicy.modeling.guard import GuardModel
     from guardpolicy.training.collate import encode_prompts, pad_to_matrix
     from guardpolicy.training.device import choose_device
-    from guardpolicy.training.loop import set_trainable
     from guardpolicy.training.losses import guard_loss
+    from guardpolicy.training.model_setup import set_trainable
 
     model, tokenizer = GuardModel.from_backbone(encoder, seed=recipe.seed)
     set_trainable(model, recipe.trainable)
@@ -268,8 +268,8 @@ def bench_train(
     loops: "ours", "trainer" or both (comma-separated); ours alone is the machine-speed probe that
     reports/timings.json records beside a run's seconds."""
     from guardpolicy.training.device import choose_device, configure_threads
-    from guardpolicy.training.loop import TrainRecipe
     from guardpolicy.training.losses import LossWeights
+    from guardpolicy.training.recipe import TrainRecipe
 
     chosen = [name.strip() for name in (loops.split(",") if isinstance(loops, str) else loops)]
     if not chosen or any(name not in LOOPS for name in chosen):

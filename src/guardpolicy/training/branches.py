@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from guardpolicy.config import PARAMS_FILE, Params, load_params, load_yaml
+from guardpolicy.config import PARAMS_FILE, EncoderConfig, Params, load_params, load_yaml
 from guardpolicy.errors import ConfigError
 from guardpolicy.io import write_text
 from guardpolicy.layout import relative_path
@@ -41,6 +41,13 @@ PLAN_HEADER = (
 def main_seed(params: Params) -> int:
     """The seed every planned model trains with: the active profile's first seed."""
     return params.active.seeds[0]
+
+
+def scale_encoder(params: Params, scale: str, where: str) -> EncoderConfig:
+    """The active profile's encoder entry of `scale`; an unknown scale is a ConfigError naming `where`."""
+    if scale not in params.scales:
+        raise ConfigError(f"{where}: scales: unknown scale {scale!r}; known: {sorted(params.scales)}")
+    return getattr(params.active, params.scales[scale])
 
 
 def pretrained_dir(scale: str) -> str:

@@ -60,6 +60,22 @@ def card_summary(card: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def card_facts(card: Mapping[str, Any]) -> dict[str, Any]:
+    """The few model-card facts worth showing beside a model's metrics (sizes, backbone, what was trained)."""
+    backbone = card.get("backbone") or {}
+    parameters = card.get("parameters") or {}
+    facts = {
+        "parameters_total": parameters.get("total"),
+        "parameters_trainable": parameters.get("trainable"),
+        "parameters_heads": parameters.get("heads"),
+        "backbone": backbone.get("name"),
+        "hidden_layers": backbone.get("hidden_layers"),
+        "hidden_size": backbone.get("hidden_size"),
+        "trainable": (card.get("recipe") or {}).get("trainable"),
+    }
+    return {key: value for key, value in facts.items() if value is not None}
+
+
 def model_card(
     *,
     name: str,

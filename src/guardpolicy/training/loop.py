@@ -10,31 +10,30 @@ Determinism: every RNG is seeded from the recipe, the batch order of an epoch is
 (seed, epoch), and on CPU the run is bit-reproducible - including across an interruption: the state saved
 every ``checkpoint_every_steps`` (and at each epoch end) restores model, optimizer, scheduler, RNGs and
 the position in the batch order.
+
+The run's parts live beside it: `recipe` (TrainRecipe, TrainResult), `targets` (the examples frame validated
+into arrays), `model_setup` (initial model, trainable parameters, optimizer, schedule, deterministic kernels)
+and `frozen_states` (the frozen part's token states, computed once).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from transformers import get_linear_schedule_with_warmup
 
 from guardpolicy.config import EncoderConfig
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_dir
-from guardpolicy.modeling.guard import GuardModel, count_parameters, load_guard, save_guard
-from guardpolicy.modeling.prefix import TopView, trainable_top_parameters
+from guardpolicy.modeling.guard import count_parameters, save_guard
+from guardpolicy.modeling.prefix import TopView
 from guardpolicy.training.checkpoint import (
     capture_rng,
     discard_state,
@@ -45,351 +44,25 @@ from guardpolicy.training.checkpoint import (
     save_state,
     seed_everything,
 )
-from guardpolicy.training.collate import (
-    EncodedPrompts,
-    check_truncation,
-    encode_prompts,
-    epoch_batches,
-    pad_batch,
-    sorted_batches,
+from guardpolicy.training.collate import encode_prompts, epoch_batches, pad_batch
+from guardpolicy.training.device import choose_device, configure_threads
+from guardpolicy.training.frozen_states import backbone_token_states, cached_prefix_rows, top_token_states
+from guardpolicy.training.losses import guard_loss
+from guardpolicy.training.model_setup import (
+    deterministic_algorithms,
+    load_init,
+    make_optimizer,
+    make_scheduler,
+    set_trainable,
 )
-from guardpolicy.training.device import DeviceChoice, Precision, choose_device, configure_threads
-from guardpolicy.training.losses import LossWeights, guard_loss
-from guardpolicy.training.prefix_cache import POOL_SET, PrefixCache, cache_key
+from guardpolicy.training.prefix_cache import PrefixCache
+from guardpolicy.training.recipe import TrainRecipe, TrainResult
+from guardpolicy.training.targets import batch_targets, examples_to_arrays
 
 log = logging.getLogger(__name__)
 
-Trainable = Literal["full", "encoder", "heads"]
 # Order of the loss parts accumulated per step (the dvclive metric names).
 LOSS_NAMES = ("loss", "coarse", "ce", "distill", "pillars", "span")
-REQUIRED_COLUMNS = ("id", "prompt", "coarse", "pillars")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainRecipe:
-    """How one model is trained. Built from params.yaml by the training stage; part of the run fingerprint."""
-
-    epochs: int
-    batch_size: int
-    learning_rate: float
-    max_length: int
-    seed: int
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.06
-    grad_clip: float = 1.0
-    precision: Precision = "auto"
-    trainable: Trainable = "full"
-    # None: no distillation. Otherwise the weight of the soft-target term on rows with teacher logits.
-    distill_alpha: float | None = None
-    distill_temperature: float = 4.0
-    loss_weights: LossWeights = field(default_factory=LossWeights)
-    checkpoint_every_steps: int = 200
-    log_every_steps: int = 10
-    length_bucketing: bool = True
-    # Which part of an over-long prompt is kept (collate.TRUNCATIONS); saved into the model's config.
-    truncation: str = "head"
-    truncation_head_tokens: int | None = None
-    # Keep the embeddings and the first N backbone layers frozen and train on their cached output (the scale's
-    # prefix cache, guardpolicy.training.prefix_cache) instead of recomputing it every step.
-    frozen_layers: int = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.loss_weights, LossWeights):
-            object.__setattr__(self, "loss_weights", LossWeights.of(self.loss_weights))
-        for name in ("epochs", "batch_size", "max_length", "checkpoint_every_steps", "log_every_steps"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"recipe.{name} must be positive, got {getattr(self, name)}")
-        if self.frozen_layers < 0:
-            raise ConfigError(f"recipe.frozen_layers must be >= 0, got {self.frozen_layers}")
-        if self.frozen_layers and self.trainable == "encoder":
-            raise ConfigError(
-                "recipe.trainable 'encoder' trains the whole backbone; it excludes frozen_layers"
-            )
-        if self.learning_rate <= 0:
-            raise ConfigError(f"recipe.learning_rate must be positive, got {self.learning_rate}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ConfigError(f"recipe.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.trainable not in ("full", "encoder", "heads"):
-            raise ConfigError(f"recipe.trainable must be full, encoder or heads, got {self.trainable!r}")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ConfigError(f"recipe.precision must be auto, fp32 or bf16, got {self.precision!r}")
-        if self.distill_alpha is not None and not 0 <= self.distill_alpha <= 1:
-            raise ConfigError(f"recipe.distill_alpha must be in [0, 1], got {self.distill_alpha}")
-        if self.distill_temperature <= 0:
-            raise ConfigError(f"recipe.distill_temperature must be positive, got {self.distill_temperature}")
-        try:
-            check_truncation(self.truncation, self.max_length, self.truncation_head_tokens)
-        except ValueError as exc:
-            raise ConfigError(f"recipe.{exc}") from exc
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    description: str
-    examples: int
-    epochs: int
-    steps: int
-    seconds: float  # wall time of this call, loading included
-    train_seconds: float  # the optimisation loop of this call
-    samples_per_second: float  # examples per second through the loop of this call
-    final_losses: dict[str, float]  # means over the last epoch
-    parameters: dict[str, int]  # total / trainable / heads
-    trainable: str
-    device: str
-    precision: str
-    resumed_from_step: int | None
-    fingerprint: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class ExampleArrays:
-    """Targets of the examples frame as arrays, validated."""
-
-    coarse: np.ndarray  # [N] int64
-    pillars: np.ndarray  # [N, P] float32
-    weight: np.ndarray  # [N] float32
-    teacher_logits: np.ndarray  # [N, C] float32, zeros where has_teacher is False
-    has_teacher: np.ndarray  # [N] bool
-    span_start: list[int | None]
-    span_end: list[int | None]
-
-
-def _is_null(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
-
-
-def examples_to_arrays(
-    examples: pd.DataFrame, num_classes: int, num_pillars: int, where: str
-) -> ExampleArrays:
-    """Validate the examples frame (see `train`) and return its targets as arrays; errors name row/field."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in examples.columns]
-    if missing:
-        raise InputError(where, f"missing column(s) {missing}", row="header")
-    n = len(examples)
-    if n == 0:
-        raise InputError(where, "no examples to train on")
-    ids = examples["id"].tolist()
-    if len(set(ids)) != n:
-        duplicate = next(i for i, v in enumerate(ids) if ids.index(v) != i)
-        raise InputError(where, f"duplicate id {ids[duplicate]!r}", row=duplicate + 1, field="id")
-    coarse = np.zeros(n, dtype=np.int64)
-    pillars = np.zeros((n, num_pillars), dtype=np.float32)
-    weight = np.ones(n, dtype=np.float32)
-    teacher = np.zeros((n, num_classes), dtype=np.float32)
-    has_teacher = np.zeros(n, dtype=bool)
-    starts: list[int | None] = []
-    ends: list[int | None] = []
-    prompts = examples["prompt"].tolist()
-    columns = {
-        c: examples[c].tolist() for c in ("coarse", "pillars", "weight", "teacher_logits") if c in examples
-    }
-    span_columns = [examples[c].tolist() if c in examples else [None] * n for c in ("span_start", "span_end")]
-    for i in range(n):
-        row = i + 1
-        if not isinstance(prompts[i], str) or not prompts[i]:
-            raise InputError(where, "prompt must be a non-empty string", row=row, field="prompt")
-        label = columns["coarse"][i]
-        if _is_null(label) or isinstance(label, bool) or int(label) != label or not 0 <= label < num_classes:
-            raise InputError(
-                where,
-                f"coarse must be an integer in 0..{num_classes - 1}, got {label!r}",
-                row=row,
-                field="coarse",
-            )
-        coarse[i] = int(label)
-        row_pillars = columns["pillars"][i]
-        if _is_null(row_pillars) or len(row_pillars) != num_pillars:
-            raise InputError(where, f"pillars must list {num_pillars} values", row=row, field="pillars")
-        pillars[i] = np.asarray(row_pillars, dtype=np.float32)
-        if "weight" in columns:
-            w = columns["weight"][i]
-            if _is_null(w) or not w >= 0:
-                raise InputError(where, f"weight must be >= 0, got {w!r}", row=row, field="weight")
-            weight[i] = float(w)
-        if "teacher_logits" in columns and not _is_null(columns["teacher_logits"][i]):
-            logits = np.asarray(columns["teacher_logits"][i], dtype=np.float32)
-            if logits.shape != (num_classes,) or not np.isfinite(logits).all():
-                raise InputError(
-                    where,
-                    f"teacher_logits must be {num_classes} finite numbers",
-                    row=row,
-                    field="teacher_logits",
-                )
-            teacher[i] = logits
-            has_teacher[i] = True
-        start, end = span_columns[0][i], span_columns[1][i]
-        if _is_null(start) != _is_null(end):
-            raise InputError(
-                where, "span_start and span_end must both be set or both null", row=row, field="span_start"
-            )
-        if not _is_null(start) and not 0 <= int(start) <= int(end) <= len(prompts[i]):
-            raise InputError(
-                where, f"span [{start}, {end}) lies outside the prompt", row=row, field="span_start"
-            )
-        starts.append(None if _is_null(start) else int(start))
-        ends.append(None if _is_null(end) else int(end))
-    return ExampleArrays(coarse, pillars, weight, teacher, has_teacher, starts, ends)
-
-
-def set_trainable(model: GuardModel, trainable: Trainable, frozen_layers: int = 0) -> None:
-    """Mark what the optimizer may change; the rest keeps requires_grad False (and gets no gradient)."""
-    model.requires_grad_(trainable != "heads" and not frozen_layers)
-    if trainable != "heads" and frozen_layers:
-        for parameter in trainable_top_parameters(model.backbone, frozen_layers):
-            parameter.requires_grad_(True)
-    model.heads.requires_grad_(True)
-    if trainable == "encoder":
-        model.backbone.get_input_embeddings().requires_grad_(False)
-
-
-def make_optimizer(
-    parameters: list[tuple[str, torch.nn.Parameter]], recipe: TrainRecipe, device: DeviceChoice
-) -> torch.optim.Optimizer:
-    """AdamW, without weight decay on biases and norm weights (1-D tensors), fused where the device allows."""
-    decay = [p for _, p in parameters if p.ndim > 1]
-    no_decay = [p for _, p in parameters if p.ndim <= 1]
-    groups = [
-        {"params": decay, "weight_decay": recipe.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    # The fused kernel updates each tensor in one pass; it is the transformers.Trainer default too.
-    return torch.optim.AdamW(groups, lr=recipe.learning_rate, fused=device.device.type in ("cpu", "cuda"))
-
-
-@contextlib.contextmanager
-def deterministic_algorithms() -> Iterator[None]:
-    """Deterministic kernels during a run (warn-only where an op has no deterministic variant)."""
-    previous = torch.are_deterministic_algorithms_enabled()
-    previous_warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    previous_benchmark = torch.backends.cudnn.benchmark
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.benchmark = False
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(previous, warn_only=previous_warn)
-        torch.backends.cudnn.benchmark = previous_benchmark
-
-
-@torch.no_grad()
-def top_token_states(
-    top: TopView, prefix_rows: list[torch.Tensor], lengths: np.ndarray, batch_size: int, description: str
-) -> list[torch.Tensor]:
-    """The frozen top's token states per example (N x [T_i, H] float32) from cached prefix states, once."""
-    top.eval()
-    states: list[torch.Tensor | None] = [None] * len(prefix_rows)
-    for indices in tqdm(
-        sorted_batches(lengths, batch_size),
-        desc=f"{description}: top features",
-        unit="batch",
-        mininterval=1.0,
-    ):
-        batch = torch.nn.utils.rnn.pad_sequence([prefix_rows[i] for i in indices], batch_first=True).float()
-        mask = torch.from_numpy(
-            (np.arange(batch.shape[1])[None, :] < lengths[indices][:, None]).astype(np.int64)
-        )
-        hidden = top(batch, mask)  # [B, T, H]
-        for row, index in enumerate(indices):
-            states[index] = hidden[row, : lengths[index]].clone()
-    return states  # type: ignore[return-value]
-
-
-def _prefix_rows(
-    prefix: PrefixCache | None,
-    examples: pd.DataFrame,
-    recipe: TrainRecipe,
-    model: GuardModel,
-    encoded: EncodedPrompts,
-    prefix_stage: str,
-    where: str,
-) -> list[torch.Tensor]:
-    """Each example's cached prefix states, after checking the cache was built for this model and reading."""
-    if prefix is None:
-        raise ConfigError(
-            f"recipe.frozen_layers is {recipe.frozen_layers}: the run trains on the scale's cached prefix "
-            f"states, but no prefix cache was given (`dvc repro {prefix_stage}`)"
-        )
-    prefix.check(
-        {
-            "frozen_layers": recipe.frozen_layers,
-            "max_length": recipe.max_length,
-            "truncation": recipe.truncation,
-            "truncation_head_tokens": recipe.truncation_head_tokens,
-            "hidden_size": model.config.encoder.hidden_size,
-        },
-        prefix_stage,
-    )
-    # An anchor row's id carries a suffix; `prompt_id` (build_examples) names the pool prompt it repeats.
-    prompt_ids = examples["prompt_id"] if "prompt_id" in examples.columns else examples["id"]
-    rows = prefix.tensors([cache_key(POOL_SET, str(i)) for i in prompt_ids], prefix_stage)
-    for i, (row, length) in enumerate(zip(rows, encoded.lengths, strict=True)):
-        if len(row) != length:
-            raise InputError(
-                prefix.folder,
-                f"example {examples['id'].iloc[i]!r} has {len(row)} cached prefix tokens but tokenises to "
-                f"{length} here (another tokenizer or truncation); rerun `dvc repro {prefix_stage}`",
-                row=i + 1,
-                field="length",
-            )
-    return rows
-
-
-@torch.no_grad()
-def backbone_token_states(
-    model: GuardModel, encoded: EncodedPrompts, batch_size: int, device: DeviceChoice, description: str
-) -> list[torch.Tensor]:
-    """Frozen-backbone token states per example, N x [T_i, H] on CPU, computed once for head-only training."""
-    model.eval()
-    states: list[torch.Tensor | None] = [None] * len(encoded)
-    batches = sorted_batches(encoded.lengths, batch_size)
-    for indices in tqdm(batches, desc=f"{description}: backbone features", unit="batch", mininterval=1.0):
-        batch = pad_batch(encoded, indices)
-        with device.autocast():
-            hidden = model.backbone(
-                input_ids=batch["input_ids"].to(device.device),
-                attention_mask=batch["attention_mask"].to(device.device),
-            ).last_hidden_state  # [B, T, H]
-        hidden = hidden.float().cpu()
-        for row, index in enumerate(indices):
-            states[index] = hidden[row, : encoded.lengths[index]].clone()
-    return states  # type: ignore[return-value]
-
-
-def _batch_targets(
-    arrays: ExampleArrays,
-    indices: np.ndarray,
-    padded: dict[str, torch.Tensor],
-    device: torch.device,
-    distill: bool,
-) -> dict[str, torch.Tensor]:
-    batch = {
-        "coarse": torch.from_numpy(arrays.coarse[indices]),  # [B]
-        "pillars": torch.from_numpy(arrays.pillars[indices]),  # [B, P]
-        "weight": torch.from_numpy(arrays.weight[indices]),  # [B]
-        "span_labels": padded["span_labels"],  # [B, T]
-        "span_mask": padded["span_mask"],  # [B, T]
-    }
-    if distill:
-        batch["teacher_logits"] = torch.from_numpy(arrays.teacher_logits[indices])  # [B, C]
-        batch["has_teacher"] = torch.from_numpy(arrays.has_teacher[indices])  # [B]
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
-def _load_init(
-    init: EncoderConfig | str | Path,
-    seed: int,
-    coarse_names: list[str] | None,
-    pillar_names: list[str] | None,
-) -> tuple[GuardModel, Any]:
-    if isinstance(init, EncoderConfig):
-        return GuardModel.from_backbone(init, seed=seed, coarse_names=coarse_names, pillar_names=pillar_names)
-    folder = Path(init)
-    if not (folder / "config.json").is_file():
-        raise InputError(folder, "not a guard checkpoint folder (no config.json)")
-    return load_guard(folder)
 
 
 def train(
@@ -431,7 +104,7 @@ def train(
 
     with deterministic_algorithms():
         seed_everything(recipe.seed)
-        model, tokenizer = _load_init(init, recipe.seed, coarse_names, pillar_names)
+        model, tokenizer = load_init(init, recipe.seed, coarse_names, pillar_names)
         arrays = examples_to_arrays(examples, model.config.num_classes, model.config.num_pillars, where)
         distill = recipe.distill_alpha is not None
         if distill and not arrays.has_teacher.any():
@@ -461,7 +134,9 @@ def train(
             )
         model.config.frozen_layers = max(frozen, model.config.frozen_layers)
         prefix_rows = (
-            _prefix_rows(prefix, examples, recipe, model, encoded, prefix_stage, where) if frozen else None
+            cached_prefix_rows(prefix, examples, recipe, model, encoded, prefix_stage, where)
+            if frozen
+            else None
         )
         top = TopView(model.backbone, frozen) if frozen else None
         set_trainable(model, recipe.trainable, frozen)
@@ -505,11 +180,7 @@ def train(
         trained_module: torch.nn.Module = model.heads if head_only else model
         named_trainable = [(name, p) for name, p in trained_module.named_parameters() if p.requires_grad]
         optimizer = make_optimizer(named_trainable, recipe, chosen)
-        scheduler = get_linear_schedule_with_warmup(
-            optimizer,
-            num_warmup_steps=math.ceil(recipe.warmup_ratio * total_steps),
-            num_training_steps=total_steps,
-        )
+        scheduler = make_scheduler(optimizer, recipe, total_steps)
 
         global_step, start_epoch, start_batch = 0, 0, 0
         epoch_sums = torch.zeros(len(LOSS_NAMES), dtype=torch.float64)
@@ -581,7 +252,7 @@ def train(
             for batch_index in range(first, len(batches)):
                 indices = batches[batch_index]
                 padded = pad_batch(encoded, indices)
-                targets = _batch_targets(arrays, indices, padded, chosen.device, distill)
+                targets = batch_targets(arrays, indices, padded, chosen.device, distill)
                 with chosen.autocast():
                     if head_only:
                         token_states = torch.nn.utils.rnn.pad_sequence(

@@ -30,7 +30,9 @@ from tqdm.auto import tqdm
 
 from guardpolicy.errors import InputError
 from guardpolicy.io import atomic_dir
+from guardpolicy.layout import Layout
 from guardpolicy.modeling.prefix import prefix_states
+from guardpolicy.training.branches import PRETRAINED
 from guardpolicy.training.collate import sorted_batches, tokenize_truncated
 
 STATES_FILE = "states.npy"
@@ -79,6 +81,17 @@ def scale_prefix(params: Any, scale: str, folder: str | Path, backbone: str | Pa
     cache = read_prefix_cache(Path(folder), stage)
     cache.check({**settings, "backbone": backbone_fingerprint(backbone)}, stage)
     return cache
+
+
+def layout_prefix(params: Any, scale: str, layout: Layout) -> PrefixCache | None:
+    """`scale_prefix` at the layout's places: data/prefix/<scale>/, checked against models/<scale>-
+    pretrained."""
+    return scale_prefix(
+        params,
+        scale,
+        layout.path("prefixes", scale=scale),
+        layout.path("model", model=f"{scale}-{PRETRAINED}"),
+    )
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,12 @@ declared number of unsafe rows).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from guardpolicy.data.acquire import how_to_provide
 from guardpolicy.data.normalise import CORE_COLUMNS
 from guardpolicy.data.registry import BenchmarkSpec
 from guardpolicy.validation.gx import Check, SuiteResult, run_checks, suite_counts
@@ -90,3 +92,31 @@ def validation_report(results: dict[str, SuiteResult], skipped: dict[str, str]) 
         "benchmarks": {name: r.as_dict() for name, r in sorted(results.items())},
         "skipped": dict(sorted(skipped.items())),
     }
+
+
+def presence_shortfall(
+    skipped: dict[str, str],
+    registered: int,
+    minimum: int | None,
+    mirror: Path,
+    allow_download: bool,
+    registry_file: str,
+) -> str | None:
+    """Why the pipeline must stop when fewer benchmarks than params `data.min_present_benchmarks` could be
+    had (None when enough are present).
+
+    Why in validate_benchmarks: fetch@ runs per benchmark and records a missing one (a mirror without it is
+    normal), so only that stage sees how many are present; every consumer of data/benchmarks depends on its
+    output.
+    """
+    present = registered - len(skipped)
+    required = registered if minimum is None else minimum
+    if present >= required:
+        return None
+    missing = "; ".join(f"{name} ({reason})" for name, reason in sorted(skipped.items()))
+    return (
+        f"only {present} of {registered} registered benchmarks are present, below the minimum of {required} "
+        f"(params data.min_present_benchmarks{'' if minimum is not None else ': null = all'}). Missing: "
+        f"{missing}. To provide them: {how_to_provide(mirror, allow_download)}, then `dvc repro`; or lower "
+        f"data.min_present_benchmarks (or drop the entries from {registry_file}) to run without them."
+    )

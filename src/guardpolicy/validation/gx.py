@@ -10,9 +10,13 @@ import logging
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from guardpolicy.errors import ValidationFailed
+from guardpolicy.io import write_json
 
 log = logging.getLogger(__name__)
 EXAMPLES = 5
@@ -180,3 +184,30 @@ def suite_counts(results: dict[str, SuiteResult]) -> dict[str, int]:
         "passed": sum(r.success for r in results.values()),
         "failed": sum(not r.success for r in results.values()),
     }
+
+
+def suites_report(results: dict[str, SuiteResult], skipped: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON report: overall success, counts, every suite's results by dataset, and what was skipped."""
+    return {
+        "success": all(r.success for r in results.values()),
+        "summary": {**suite_counts(results), "skipped": len(skipped or {})},
+        "datasets": {name: r.as_dict() for name, r in sorted(results.items())},
+        "skipped": dict(sorted((skipped or {}).items())),
+    }
+
+
+def write_suites_report(
+    results: dict[str, SuiteResult], out: str | Path, skipped: dict[str, str] | None = None
+) -> dict:
+    """Write the report of `suites_report` to `out`, log each suite's outcome, then raise ValidationFailed
+    with one readable message if any critical expectation failed; returns the report's summary."""
+    payload = suites_report(results, skipped)
+    write_json(out, payload)
+    for name, result in results.items():
+        log.info("validate %s: %s", name, "passed" if result.success else "FAILED")
+    failures = [f.message(name) for name, r in sorted(results.items()) for f in r.critical_failures]
+    if failures:
+        raise ValidationFailed(
+            f"{len(failures)} critical expectation(s) failed (details in {out}):\n  " + "\n  ".join(failures)
+        )
+    return payload["summary"]

@@ -1,0 +1,127 @@
+"""What the evaluation stages (features@, evaluate@, baseline@) and prefix@ read: the present benchmarks, the
+evaluation items from their files, the evaluation max_length, a checkpoint and its cached prefix states.
+
+Reading only: every missing file is an InputError naming it and the stage that writes it. The items
+themselves are assembled from the frames by the pure `guardpolicy.evaluation.items`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from guardpolicy.config import Params
+from guardpolicy.data.registry import load_registry
+from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.evaluation.items import SPLIT_PREFIX, benchmark_items, combine_items, split_items
+from guardpolicy.evaluation.metrics import ROLES
+from guardpolicy.io import read_json, read_parquet
+from guardpolicy.layout import Layout
+
+log = logging.getLogger(__name__)
+
+MISSING_STATUS = "missing"
+
+
+def present_benchmarks(registry_file: str | Path, benchmarks_dir: str | Path) -> dict[str, str]:
+    """Benchmark -> role (harmful | benign | mixed) of every registry entry whose status is not missing."""
+    roles = {}
+    for name, spec in load_registry(registry_file).items():
+        meta_file = Path(benchmarks_dir) / f"{name}.meta.json"
+        if not meta_file.is_file():
+            raise InputError(meta_file, f"file not found; run `dvc repro fetch@{name}` first")
+        status = read_json(meta_file).get("status")
+        if not isinstance(status, str):
+            raise InputError(meta_file, "expected a string 'status'", field="status")
+        if status != MISSING_STATUS:
+            roles[name] = ROLES[spec.label.kind]
+    return roles
+
+
+def load_items(
+    params: Params,
+    registry_file: str | Path,
+    benchmarks_dir: str | Path,
+    clean_dir: str | Path,
+    splits_dir: str | Path,
+    pool_file: str | Path,
+    labels_dir: str | Path,
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The evaluation items (sorted by dataset, id) and each scored benchmark's role."""
+    policies = list(params.policies)
+    roles = present_benchmarks(registry_file, benchmarks_dir)
+    frames = []
+    for name in roles:
+        file = Path(benchmarks_dir) / f"{name}.parquet"
+        clean_file = Path(clean_dir) / f"{name}.parquet"
+        frame = read_parquet(file, f"run `dvc repro fetch@{name}` first")
+        clean_ids = read_parquet(clean_file, "run `dvc repro audit` first", columns=["id"])["id"]
+        frames.append(benchmark_items(name, frame, clean_ids.astype("str"), policies, file))
+    pool_path = Path(pool_file)
+    pool = read_parquet(pool_path, "run `dvc repro pool` first", ["id", "prompt"])
+    prompts = pool.set_index("id")["prompt"]
+    labels, files = {}, {"pool": str(pool_path)}
+    for policy in policies:
+        path = Path(labels_dir) / f"{policy}.parquet"
+        hint = f"run `dvc repro label@{policy}` first"
+        labels[policy] = read_parquet(path, hint, ["id", "coarse"]).set_index("id")["coarse"]
+        files[policy] = str(path)
+    for split in params.evaluation.splits:
+        path = Path(splits_dir) / f"{split}.parquet"
+        split_frame = read_parquet(path, "run `dvc repro audit` first", ["id"])
+        frames.append(split_items(split, split_frame, prompts, labels, {**files, "split": str(path)}))
+    items = combine_items(frames, policies)
+    counts = items.groupby("dataset").size()
+    log.info(
+        "items: %d in %d datasets (%s)",
+        len(items),
+        len(counts),
+        ", ".join(f"{name} {count}" for name, count in counts.items()),
+    )
+    return items, roles
+
+
+def evaluation_items(params: Params, layout: Layout) -> tuple[pd.DataFrame, dict[str, str]]:
+    """`load_items` from the files at the layout's places."""
+    return load_items(
+        params,
+        layout.path("benchmark_registry"),
+        layout.path("benchmarks"),
+        layout.path("clean_benchmarks"),
+        layout.path("splits"),
+        layout.path("pool"),
+        layout.path("labels"),
+    )
+
+
+def eval_max_length(params: Params) -> int:
+    return params.evaluation.max_length or params.active.max_length
+
+
+def load_checkpoint(model_dir: Path, stage: str) -> tuple[Any, Any]:
+    """The guard and tokenizer of a checkpoint folder; a missing one names `stage`, which writes it."""
+    from guardpolicy.modeling.guard import load_guard
+
+    if not (model_dir / "config.json").is_file():
+        raise InputError(model_dir, f"model checkpoint not found; run `dvc repro {stage}` first")
+    return load_guard(model_dir)
+
+
+def prefix_rows(params: Params, scale: str, items: pd.DataFrame, layout: Layout) -> tuple[list, str]:
+    """The cached prefix states of every evaluation item at `scale` (split items are pool prompts)."""
+    from guardpolicy.training.prefix_cache import POOL_SET, cache_key, layout_prefix, prefix_stage
+
+    cache = layout_prefix(params, scale, layout)
+    if cache is None:
+        raise ConfigError(
+            f"the model was trained with frozen_layers > 0 but scale {scale!r}'s encoder entry freezes no "
+            "layers now; retrain it (`dvc repro`)"
+        )
+    keys = [
+        cache_key(POOL_SET if dataset.startswith(SPLIT_PREFIX) else dataset, item_id)
+        for dataset, item_id in zip(items["dataset"], items["id"], strict=True)
+    ]
+    return cache.tensors(keys, prefix_stage(scale)), str(cache.folder)

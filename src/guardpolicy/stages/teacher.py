@@ -1,0 +1,129 @@
+"""teacher@<policy>: the teacher scale trained on 100 % of the policy's hard labels -> models/teacher-<policy>
+(with its model card); its logits over the train and calib prompts are cached in
+data/teacher_outputs/<policy>.parquet (id, logits: 4 float32) so branches distil from a file instead of
+running the teacher at every step. Notes its training and prediction seconds and samples
+(guardpolicy.timing.note_work) for its timing record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from guardpolicy.errors import ConfigError
+from guardpolicy.io import read_parquet, write_parquet
+from guardpolicy.layout import Layout
+from guardpolicy.taxonomy import load_taxonomy
+from guardpolicy.timing import note_work
+from guardpolicy.training import branches as registry
+from guardpolicy.training.runs import TrainingRun, checked_params, train_run
+
+log = logging.getLogger(__name__)
+
+# The splits a teacher's cached outputs cover: every split a branch trains on or draws anchors from.
+TEACHER_OUTPUT_SPLITS = ("train", "calib")
+
+
+def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
+    """Stage teacher@<policy>: train the teacher, write its card, cache its logits over train + calib (paths
+    from `layout`, default: this repository)."""
+    from guardpolicy.training.predict import predict
+    from guardpolicy.training.prefix_cache import POOL_SET, cache_key, layout_prefix, prefix_stage
+
+    layout = layout or Layout.discover()
+    params_file = layout.relative("params")
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    params = checked_params(layout, taxonomy)
+    if policy not in params.teachers:
+        raise ConfigError(f"{params_file}: teachers: no teacher {policy!r}; known: {sorted(params.teachers)}")
+    config = params.teachers[policy]
+    seed = registry.main_seed(params)
+    run = TrainingRun(
+        name=registry.teacher_name(policy),
+        kind="teacher",
+        scale=config.scale,
+        description=(
+            f"Teacher for policy {policy}: the {config.scale} scale, {config.trainable} fine-tuning on 100 % "
+            f"of {policy}'s hard labels of the {config.train_set} split."
+        ),
+        branch=None,
+        train_set=config.train_set,
+        hard_labels={policy: 1.0},
+        anchors=(),
+        teacher=None,
+        recipe=registry.recipe_fields(
+            params,
+            scale=config.scale,
+            seed=seed,
+            trainable=config.trainable,
+            epochs=config.epochs,
+            learning_rate=config.learning_rate,
+            distill_alpha=None,
+        ),
+        # Relative to the root, as the plan and the card name it.
+        init_dir=Path(layout.relative("model", model=f"{config.scale}-{registry.PRETRAINED}")),
+        params={"teacher": dataclasses.asdict(config), "training": dataclasses.asdict(params.training)},
+    )
+    card, examples, train_seconds = train_run(run, params, taxonomy, layout)
+
+    pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first").set_index("id")["prompt"]
+    prefix = layout_prefix(params, config.scale, layout)
+    ids = pd.concat(
+        [
+            read_parquet(layout.path("split", split=s), "run `dvc repro audit` first")["id"]
+            for s in TEACHER_OUTPUT_SPLITS
+        ]
+    )
+    ids = ids.astype("str").sort_values().reset_index(drop=True)
+    log.info("teacher %s: predicting %d prompts of %s", policy, len(ids), "+".join(TEACHER_OUTPUT_SPLITS))
+    predicted_at = time.perf_counter()
+    if prefix is None:
+        logits = predict(
+            layout.path("model", model=run.name),
+            pool.loc[ids].tolist(),
+            batch_size=params.training.predict_batch_size,
+            max_length=run.recipe["max_length"],
+            precision=run.recipe["precision"],
+        )["coarse_logits"]
+    else:
+        from guardpolicy.evaluation.scoring import run_guard_on_prefix
+        from guardpolicy.modeling.guard import load_guard
+
+        guard, tokenizer = load_guard(layout.path("model", model=run.name))
+        logits = run_guard_on_prefix(
+            guard,
+            tokenizer,
+            pool.loc[ids].tolist(),
+            prefix.tensors([cache_key(POOL_SET, i) for i in ids], prefix_stage(config.scale)),
+            batch_size=params.training.predict_batch_size,
+            max_length=run.recipe["max_length"],
+            description=f"teacher {policy} outputs",
+            where=str(prefix.folder),
+        ).coarse_logits
+    logits = logits.astype("float32")  # [N, 4]
+    table = pa.table(
+        {
+            "id": pa.array(ids.tolist(), pa.string()),
+            "logits": pa.array(logits.tolist(), pa.list_(pa.float32())),
+        }
+    )
+    out_file = layout.path("teacher_logits", policy=policy)
+    write_parquet(out_file, table)
+    predict_seconds = time.perf_counter() - predicted_at
+    samples = len(examples) * run.recipe["epochs"] + len(ids)
+    note_work(card["run"]["train_seconds"] + predict_seconds, samples)
+    log.info(
+        "teacher %s: trained in %.1f s, %d logits in %.1f s -> %s",
+        policy,
+        train_seconds,
+        len(ids),
+        predict_seconds,
+        out_file,
+    )
+    return card
