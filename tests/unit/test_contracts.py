@@ -349,6 +349,23 @@ def test_reading_a_real_shaped_pool_and_a_projection(tmp_path: Path) -> None:
         read_table(POOL, tmp_path / "broken.parquet")
 
 
+def test_a_writer_refuses_a_table_that_breaks_its_contract(tmp_path: Path) -> None:
+    from guardpolicy.labeling.base import label_table
+
+    frame = built(POLICY_LABELS).to_pandas()
+    frame["policy"] = "policy_a"
+    assert label_table(frame, TAXONOMY).num_rows == 3
+    frame.loc[2, "id"] = frame.loc[0, "id"]
+    with pytest.raises(ContractError) as info:
+        label_table(frame, TAXONOMY)
+    assert (info.value.file, info.value.row, info.value.field) == ("data/labels/policy_a.parquet", 3, "id")
+    # write_table writes nothing when the check fails.
+    table = built(SPLIT).drop_columns(["group"])
+    with pytest.raises(ContractError, match="field 'group': missing column"):
+        write_table(SPLIT, tmp_path / "val.parquet", table, policy=POLICIES)
+    assert not (tmp_path / "val.parquet").exists()
+
+
 def test_the_real_files_of_this_checkout_pass_where_present() -> None:
     """The labelling layer's files as the pipeline wrote them (DVC-tracked; absent in a fresh clone)."""
     layout = Layout(REPO_ROOT)

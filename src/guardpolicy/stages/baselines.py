@@ -43,10 +43,11 @@ from guardpolicy.baselines.mapping import PARSE_STATUSES, binary_decision, parse
 from guardpolicy.baselines.registry import REGISTRY_FILE as REGISTRY_FILE_BASELINES
 from guardpolicy.baselines.registry import GuardSpec, build_adapter, guard_config, guard_spec, require_pinned
 from guardpolicy.config import BaselineGuardConfig, load_params
+from guardpolicy.contracts import BASELINE_PREDICTIONS, GUARD_COLUMNS, write_table
 from guardpolicy.errors import ConfigError
 from guardpolicy.evaluation.metrics import DIGITS, SUBSETS, auprc, cap, f1, headline, over_ref
 from guardpolicy.evaluation.scoring import log_truncation, prediction_columns
-from guardpolicy.io import write_json, write_parquet
+from guardpolicy.io import write_json
 from guardpolicy.layout import Layout
 from guardpolicy.stages.evaluate import load_items
 from guardpolicy.taxonomy import load_taxonomy
@@ -54,7 +55,7 @@ from guardpolicy.timing import note_work
 
 log = logging.getLogger(__name__)
 
-EXTRA_COLUMNS = ("guard_label", "parse_status", "categories", "raw")
+EXTRA_COLUMNS = tuple(column.name for column in GUARD_COLUMNS)
 # Decision mapping -> (metric-name suffix, decision column, score column) in the predictions table.
 DECISIONS = {
     "relaxed": ("", "unsafe", "unsafe_score"),
@@ -394,7 +395,7 @@ def baseline(guard: str, layout: Layout | None = None, device: str | None = None
         tokens=tokens,
     )
     target = layout.path("baseline_predictions", guard=guard).parent
-    write_parquet(layout.path("baseline_predictions", guard=guard), table)
+    write_table(BASELINE_PREDICTIONS, layout.path("baseline_predictions", guard=guard), table)
     metrics = baseline_metrics(
         table.to_pandas(),
         model_name=model_name,

@@ -28,8 +28,9 @@ import pandas as pd
 import pyarrow as pa
 
 from guardpolicy.config import EncoderConfig, Params, load_params
+from guardpolicy.contracts import TEACHER_LOGITS, write_table
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import atomic_dir, read_json, sha256_file, write_json, write_parquet, write_text
+from guardpolicy.io import atomic_dir, read_json, sha256_file, write_json, write_text
 from guardpolicy.labeling import load_policy
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import Taxonomy, load_taxonomy
@@ -409,7 +410,7 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
         }
     )
     out_file = layout.path("teacher_logits", policy=policy)
-    write_parquet(out_file, table)
+    write_table(TEACHER_LOGITS, out_file, table)
     predict_seconds = time.perf_counter() - predicted_at
     samples = len(examples) * run.recipe["epochs"] + len(ids)
     note_work(card["run"]["train_seconds"] + predict_seconds, samples)
