@@ -35,7 +35,7 @@ from guardpolicy.contracts import (
 )
 from guardpolicy.contracts.docs import DOC, blocks, render, rendered
 from guardpolicy.errors import InputError
-from guardpolicy.layout import ARTIFACTS, Layout
+from guardpolicy.layout import ARTIFACTS, Layout, fields
 from guardpolicy.taxonomy import COARSE_CLASSES, load_taxonomy
 
 TAXONOMY = load_taxonomy(REPO_ROOT / "data" / "taxonomy.yaml")
@@ -218,7 +218,8 @@ def test_every_parquet_artifact_has_a_contract() -> None:
     }
     assert csv - not_yet <= set(CONTRACTS), sorted(csv - not_yet - set(CONTRACTS))
     for name, table in CONTRACTS.items():
-        assert table.artifact == name and contract(name) is table
+        assert table.name == name and contract(name) is table
+        assert set(table.fields) <= set(fields(ARTIFACTS[table.artifact].template)), name
         assert table.format in ("parquet", "csv")
         assert set(table.key) <= {c.name for c in table.columns}, name
         assert all(c.dtype in DTYPES for c in table.columns), name
@@ -257,6 +258,39 @@ def test_numeric_columns_follow_from_the_dtypes() -> None:
     columns, numeric = TABLES["fingerprint"]
     assert set(columns) <= set(FINGERPRINT.names())
     assert tuple(numeric) == tuple(c for c in FINGERPRINT.numeric() if c in columns)
+
+
+def test_a_table_under_a_shared_template_is_one_more_entry(tmp_path: Path) -> None:
+    """reports/analysis/{table}.csv holds several tables: each is a contract fixing the `table` field."""
+    scores = Contract(
+        "analysis_table",
+        writer="analyse",
+        rows="one row per model, benchmark and metric",
+        entries=(
+            Column("model", "string", "the model"),
+            Column("seed", "int64", "its seed"),
+            Column("value", "float64", "the metric", nullable=True),
+        ),
+        key=("model",),
+        fields={"table": "toy_scores"},
+    )
+    assert (scores.name, scores.template, scores.format) == (
+        "analysis_table:toy_scores",
+        "reports/analysis/toy_scores.csv",
+        "csv",
+    )
+    # What the report's TABLES pairs: the columns and the numeric ones.
+    assert (scores.names(), scores.numeric()) == (["model", "seed", "value"], ("seed", "value"))
+    path = tmp_path / "toy_scores.csv"
+    path.write_text("model,seed,value\nsmall-E1,42,0.5\nsmall-E2,42,\n", encoding="utf-8")
+    assert read_frame(scores, path)["value"].isna().tolist() == [False, True]
+    path.write_text("model,seed,value\nsmall-E1,42,0.5\nsmall-E2,x,0.25\n", encoding="utf-8")
+    with pytest.raises(ContractError) as info:
+        read_frame(scores, path)
+    assert str(info.value) == f"{path}, row 2, field 'seed': expected int64, found str 'x'"
+    assert "<!-- contract:analysis_table:toy_scores -->" in rendered(
+        "<!-- contract:analysis_table:toy_scores -->\n<!-- /contract -->", {scores.name: scores}
+    )
 
 
 def test_the_writers_schemas_come_from_the_contracts() -> None:

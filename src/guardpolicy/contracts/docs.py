@@ -1,8 +1,10 @@
 """docs/data-contracts.md's column tables, rendered from the contracts (`guardpolicy contracts`).
 
-The page is prose written by hand; each table contract's column table sits between ``<!-- contract:<artifact>
--->`` and ``<!-- /contract -->`` and is rewritten from `guardpolicy.contracts.CONTRACTS` by ``guardpolicy
-contracts --write-docs``. ``guardpolicy contracts`` alone checks the page is current (a unit test does too).
+The page is prose written by hand; each table contract's column table sits between
+``<!-- contract:<name> -->`` and ``<!-- /contract -->`` (the contract's name: its artifact, e.g. ``pool``, or
+``analysis_table:scores`` where one template holds several tables) and is rewritten from
+`guardpolicy.contracts.CONTRACTS` by ``guardpolicy contracts --write-docs``. ``guardpolicy contracts`` alone
+checks the page is current (a unit test does too).
 No stage imports this module: rewording the page never reruns one.
 """
 
@@ -19,7 +21,7 @@ from guardpolicy.layout import Layout
 
 DOC = "docs/data-contracts.md"  # relative to the repository root
 BLOCK = re.compile(
-    r"<!-- contract:(?P<artifact>[A-Za-z0-9_]+) -->\n(?P<body>.*?)<!-- /contract -->", re.DOTALL
+    r"<!-- contract:(?P<artifact>[A-Za-z0-9_:]+) -->\n(?P<body>.*?)<!-- /contract -->", re.DOTALL
 )
 
 

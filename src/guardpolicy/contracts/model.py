@@ -17,7 +17,7 @@ then duplicate keys. `read_table` / `read_frame` read a file and check it; `writ
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -102,10 +102,21 @@ class Contract:
     entries: tuple[Entry, ...]
     key: tuple[str, ...] = ()  # unique together on every row
     like: str | None = None  # the docs describe it as "the columns of <like>" instead of a second table
+    # Template fields this contract fixes, where one artifact template holds several tables of their own
+    # columns (reports/analysis/{table}.csv: fields={"table": "scores"} is contract "analysis_table:scores").
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The contract's key in `CONTRACTS`: the artifact name, then any fixed field values."""
+        return ":".join([self.artifact, *self.fields.values()])
 
     @property
     def template(self) -> str:
-        return ARTIFACTS[self.artifact].template
+        template = ARTIFACTS[self.artifact].template
+        for name, value in self.fields.items():
+            template = template.replace(f"{{{name}}}", value)
+        return template
 
     @property
     def format(self) -> str:
@@ -123,13 +134,13 @@ class Contract:
         for column in self.columns:
             if column.name == name:
                 return column
-        raise KeyError(f"contract {self.artifact!r} has no column {name!r}")
+        raise KeyError(f"contract {self.name!r} has no column {name!r}")
 
     def family(self, key: str) -> Family:
         for family in self.families:
             if family.key == key:
                 return family
-        raise KeyError(f"contract {self.artifact!r} has no column family {key!r}")
+        raise KeyError(f"contract {self.name!r} has no column family {key!r}")
 
     def select(self, *names: str) -> tuple[str, ...]:
         """`names`, each checked to be a column of this contract: a reader's subset, derived not restated."""
@@ -141,14 +152,14 @@ class Contract:
         """(name, allowed dtypes, nullable) of every column in order, every family's members given."""
         unknown = sorted(set(members) - {f.key for f in self.families})
         if unknown:
-            raise TypeError(f"contract {self.artifact!r} has no column family {unknown}")
+            raise TypeError(f"contract {self.name!r} has no column family {unknown}")
         out: list[tuple[str, tuple[str, ...], bool]] = []
         for entry in self.entries:
             if isinstance(entry, Column):
                 out.append((entry.name, (entry.dtype,), entry.nullable))
                 continue
             if entry.key not in members:
-                raise TypeError(f"contract {self.artifact!r}: give the members of {entry.pattern}")
+                raise TypeError(f"contract {self.name!r}: give the members of {entry.pattern}")
             out += [
                 (entry.column(m), dtypes, entry.nullable) for m, dtypes in _members(entry, members[entry.key])
             ]
@@ -216,7 +227,7 @@ def _expected(
     present columns the contract does not know."""
     unknown = sorted(set(members) - {f.key for f in contract.families})
     if unknown:
-        raise TypeError(f"contract {contract.artifact!r} has no column family {unknown}")
+        raise TypeError(f"contract {contract.name!r} has no column family {unknown}")
     given = {
         f.column(member): (f, dtypes) for f in contract.families if f.key in members
         for member, dtypes in _members(f, members[f.key])
@@ -261,21 +272,21 @@ def _check_layout(
             if name not in by_name:
                 family = _family_of(contract, name)
                 if family is None and name not in {c.name for c in contract.columns}:
-                    raise ValueError(f"contract {contract.artifact!r} has no column {name!r}")
+                    raise ValueError(f"contract {contract.name!r} has no column {name!r}")
                 if family is not None and family.key not in members:
                     by_name[name] = _Expected(name, family.dtypes, family.nullable)
         wanted = [by_name[name] for name in columns if name in by_name]
         for item in wanted:
             if item.name not in present:
-                raise _fail(file, f"missing column (contract {contract.artifact!r})", "header", item.name)
+                raise _fail(file, f"missing column (contract {contract.name!r})", "header", item.name)
         return wanted
     for item in expected:
         if item.name not in present:
-            raise _fail(file, f"missing column (contract {contract.artifact!r})", "header", item.name)
+            raise _fail(file, f"missing column (contract {contract.name!r})", "header", item.name)
     if unexpected:
         raise _fail(
             file,
-            f"unexpected column (contract {contract.artifact!r} has no such column)",
+            f"unexpected column (contract {contract.name!r} has no such column)",
             "header",
             unexpected[0],
         )
@@ -283,7 +294,7 @@ def _check_layout(
         if want != found:
             raise _fail(
                 file,
-                f"column out of order: contract {contract.artifact!r} has {want!r} at position {position}, "
+                f"column out of order: contract {contract.name!r} has {want!r} at position {position}, "
                 f"the table has {found!r}",
                 "header",
                 want,
@@ -303,7 +314,15 @@ def _arrow_matches(dtype: str, arrow_type: pa.DataType) -> bool:
     return arrow_type == DTYPES[dtype]
 
 
-def _value_matches(dtype: str, value: Any, nullable: bool) -> bool:
+def _parses(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _value_matches(dtype: str, value: Any) -> bool:
     """One value of an object column (pandas) as the dtype expects it."""
     if dtype == "string":
         return isinstance(value, str)
@@ -315,7 +334,7 @@ def _value_matches(dtype: str, value: Any, nullable: bool) -> bool:
         if not isinstance(value, list | tuple | np.ndarray):
             return False
         inner = dtype[len("list<") : -1]
-        return all(_value_matches(inner, v, False) if inner == "string" else _is_number(v) for v in value)
+        return all(_value_matches(inner, v) if inner == "string" else _is_number(v) for v in value)
     return False
 
 
@@ -346,15 +365,22 @@ def _series_mismatch(dtype: str, series: pd.Series, nullable: bool) -> tuple[int
         if _arrow_matches(dtype, found.pyarrow_dtype):
             return None
         return first_value + 1, str(found.pyarrow_dtype)
-    if found == np.dtype(object):
-        values = series.tolist()
-        for row, value in enumerate(values):
-            if not missing[row] and not _value_matches(dtype, value, nullable):
-                return row + 1, f"{type(value).__name__} {_shown(value)}"
-        return None
-    kind = found.kind if isinstance(found, np.dtype) else None
     if dtype == "string" and isinstance(found, pd.StringDtype):
         return None
+    if found == np.dtype(object) or isinstance(found, pd.StringDtype):
+        values = series.tolist()
+        wrong = [
+            row for row, value in enumerate(values) if not missing[row] and not _value_matches(dtype, value)
+        ]
+        if not wrong:
+            return None
+        if dtype in NUMERIC:
+            # Text in a number column (a CSV cell pandas could not read as one): the first that is no number.
+            text = [row for row in wrong if isinstance(values[row], str) and not _parses(values[row])]
+            wrong = text or wrong
+        value = values[wrong[0]]
+        return wrong[0] + 1, f"{type(value).__name__} {_shown(value)}"
+    kind = found.kind if isinstance(found, np.dtype) else None
     if dtype == "bool" and (kind == "b" or isinstance(found, pd.BooleanDtype)):
         return None
     if dtype == "int64":
@@ -393,9 +419,7 @@ def _check_nulls(contract: Contract, missing: np.ndarray, file: str | Path, item
         return
     row = _first(missing)
     if row is not None:
-        raise _fail(
-            file, f"null in a non-nullable column (contract {contract.artifact!r})", row + 1, item.name
-        )
+        raise _fail(file, f"null in a non-nullable column (contract {contract.name!r})", row + 1, item.name)
 
 
 def _check_key(contract: Contract, frame: pd.DataFrame, file: str | Path) -> None:
@@ -410,7 +434,7 @@ def _check_key(contract: Contract, frame: pd.DataFrame, file: str | Path) -> Non
     first = row if first is None else first
     raise _fail(
         file,
-        f"duplicate {value!r}, the same as row {first + 1} (contract {contract.artifact!r}: "
+        f"duplicate {value!r}, the same as row {first + 1} (contract {contract.name!r}: "
         f"{' + '.join(contract.key)} is unique)",
         row + 1,
         ", ".join(contract.key),
@@ -472,7 +496,7 @@ def require_columns(
         if _family_of(contract, name) is None:
             contract.column(name)
         if name not in frame.columns:
-            raise _fail(file, f"missing column (contract {contract.artifact!r})", "header", name)
+            raise _fail(file, f"missing column (contract {contract.name!r})", "header", name)
 
 
 # ------------------------------------------------------------------------------------------ reading, writing
@@ -498,7 +522,7 @@ def read_table(
         if columns is not None:
             missing = [name for name in columns if name not in present]
             if missing:
-                raise _fail(path, f"missing column (contract {contract.artifact!r})", "header", missing[0])
+                raise _fail(path, f"missing column (contract {contract.name!r})", "header", missing[0])
         table = pq.read_table(path, columns=list(columns) if columns is not None else None)
     except (OSError, pa.ArrowInvalid) as exc:
         raise InputError(path, f"not a readable parquet file: {exc}") from exc

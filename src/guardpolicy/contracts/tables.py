@@ -1,7 +1,8 @@
 """Every table a stage writes, as data: its columns in order, dtypes, nulls, meaning (docs/data-contracts.md's
 column tables are rendered from these), keyed by the artifact names of `guardpolicy.layout.ARTIFACTS`.
 
-Adding a table is adding an entry to `CONTRACTS` (a CSV's numeric columns follow from its dtypes).
+Adding a table is adding an entry to `CONTRACTS` (a CSV's numeric columns follow from its dtypes); several
+tables under one template (reports/analysis/{table}.csv) are one contract each, `fields={"table": ...}`.
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ FINGERPRINT_LABELS = Contract(
 )
 
 CONTRACTS: Mapping[str, Contract] = {
-    contract.artifact: contract
+    contract.name: contract
     for contract in (
         BENCHMARK,
         POOL,
@@ -291,8 +292,9 @@ CONTRACTS: Mapping[str, Contract] = {
 }
 
 
-def contract(artifact: str) -> Contract:
-    """The contract of a table artifact (a `guardpolicy.layout.ARTIFACTS` name)."""
-    if artifact not in CONTRACTS:
-        raise KeyError(f"no table contract for artifact {artifact!r}; known: {sorted(CONTRACTS)}")
-    return CONTRACTS[artifact]
+def contract(name: str) -> Contract:
+    """The contract of a table artifact (a `guardpolicy.layout.ARTIFACTS` name, `:<field value>` added where
+    one template holds several tables)."""
+    if name not in CONTRACTS:
+        raise KeyError(f"no table contract {name!r}; known: {sorted(CONTRACTS)}")
+    return CONTRACTS[name]
