@@ -14,6 +14,7 @@
     guardpolicy bench-eval --samples 512      # inference samples/s: ours vs transformers.pipeline
     guardpolicy bench-dag --scope reduced     # time the smoke dvc repro of `make test` (full: make test-e2e)
     guardpolicy code-deps [--write]           # dvc.yaml's code deps against each stage's imports
+    guardpolicy contracts [--write-docs]      # docs/data-contracts.md's column tables against the contracts
     guardpolicy evaluate small-E2             # one evaluate@ stage by hand (features small-E2 likewise)
     guardpolicy fingerprint                   # benchmarks labelled by each policy vs their own gold
     guardpolicy analyse                       # spans, noise floor, rank tests, correlations, intervals
@@ -106,6 +107,7 @@ COMMANDS = {
     "bench-dag": "guardpolicy.devtools.bench:bench_dag",
     "tune": "guardpolicy.devtools.tune:tune",
     "code-deps": "guardpolicy.devtools.codedeps:code_deps",
+    "contracts": "guardpolicy.contracts.docs:contracts",
     "features": "guardpolicy.stages.features:features",
     "evaluate": "guardpolicy.stages.evaluate:evaluate",
     "fingerprint": "guardpolicy.stages.fingerprint:fingerprint",

@@ -18,7 +18,7 @@ from helpers.benchmarks import registry_with, write_params
 from helpers.layout import stage_env
 from helpers.paths import REPO_ROOT
 
-from guardpolicy.data.normalise import CORE_COLUMNS
+from guardpolicy.contracts import BENCHMARK
 from guardpolicy.data.registry import BenchmarkSpec, parse_registry
 from guardpolicy.errors import ValidationFailed
 from guardpolicy.layout import Layout
@@ -97,7 +97,7 @@ def _only_failure(result: SuiteResult, expectation: str, column: str | None) -> 
 def test_good_tables_pass() -> None:
     for name in REGISTRY:
         frame = good_frame(name)
-        assert list(frame.columns) == list(CORE_COLUMNS)
+        assert list(frame.columns) == [column.name for column in BENCHMARK.columns]
         result = validate_benchmark(_spec(name), frame)
         assert result.success, [f.message(name) for f in result.critical_failures]
         assert result.critical_failures == []

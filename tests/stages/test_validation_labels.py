@@ -131,7 +131,7 @@ def good_splits() -> dict[str, pd.DataFrame]:
     for split in ("train", "val", "calib"):
         prompts = [r.prompt for r in ROWS if r.split == split]
         ids = sorted(pool_id(p) for p in prompts)
-        frame = pd.DataFrame({"id": ids, "split": split})
+        frame = pd.DataFrame({"id": ids, "split": split, "group": ids})
         frame["source"] = frame["id"].map(good_pool().set_index("id")["source"])
         for policy in POLICIES:
             frame[f"coarse_{policy}"] = frame["id"].map(labels[policy])

@@ -21,7 +21,7 @@ from guardpolicy.config import PolicyParams
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.labeling import load_policy, make_labeler
-from guardpolicy.labeling.base import POOL_COLUMNS, Decision, Labeler
+from guardpolicy.labeling.base import LABELER_COLUMNS, Decision, Labeler
 from guardpolicy.labeling.benchmarks import (
     benchmark_label_rows,
     load_benchmark_facts,
@@ -128,7 +128,7 @@ def test_rows_follow_fact_rules_pillars_and_spans() -> None:
         }
     )
     rows = benchmark_label_rows(xstest, facts["xstest"], file="xstest.parquet")
-    assert list(rows.columns) == list(POOL_COLUMNS)
+    assert list(rows.columns) == list(LABELER_COLUMNS)
     assert rows["facts"].tolist() == [["sensitive_topic"], ["harmful_request"], ["sensitive_topic"]]
     assert rows["pillars"].tolist() == [[], [], ["privacy"]]
     assert rows["sources"].tolist() == [["xstest"]] * 3 and set(rows["source"]) == {"xstest"}

@@ -28,7 +28,8 @@ from helpers.benchmarks import (
 )
 from helpers.paths import MIRROR, REPO_ROOT, UPSTREAM
 
-from guardpolicy.data.normalise import CORE_COLUMNS, schema_for
+from guardpolicy.contracts import BENCHMARK
+from guardpolicy.data.normalise import schema_for
 from guardpolicy.data.registry import load_registry
 from guardpolicy.layout import Layout
 from guardpolicy.stages.fetch import fetch
@@ -139,7 +140,8 @@ def test_fetch_fixture(tmp_path: Path, case: Case) -> None:
     spec = load_registry(fetch_layout(tmp_path / "out")[0])[case.name]
 
     # schema: core columns first, then the declared extras; same as an empty table of the benchmark
-    assert table.column_names[: len(CORE_COLUMNS)] == list(CORE_COLUMNS)
+    core = [column.name for column in BENCHMARK.columns]
+    assert table.column_names[: len(core)] == core
     assert table.schema.remove_metadata().equals(schema_for(spec))
     assert table.num_rows == case.rows
 

@@ -18,26 +18,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from guardpolicy.contracts import FINGERPRINT, FINGERPRINT_LABELS, check_frame
 from guardpolicy.errors import key_difference
+from guardpolicy.layout import relative_path
 from guardpolicy.taxonomy import Taxonomy
 
 BOUNDARY_SAFE = "BOUNDARY_SAFE"
 CONFIDENCE = 0.95
 DIGITS = 6
-TABLE_COLUMNS = (
-    "benchmark",
-    "policy",
-    "labeler",
-    "n",
-    "agree",
-    "agreement",
-    "ci_low",
-    "ci_high",
-    "agreement_bu",
-)
+# reports/fingerprint.csv (`guardpolicy.contracts.FINGERPRINT`).
+TABLE_COLUMNS = tuple(FINGERPRINT.names())
 # reports/fingerprint_labels.parquet: every benchmark prompt's label under every policy that could label it
 # (stage fingerprint), read by stage analyse for the agreement of our models with the VAL policy's own labels.
-PROMPT_LABEL_COLUMNS = ("benchmark", "id", "policy", "labeler", "coarse")
+PROMPT_LABEL_COLUMNS = tuple(FINGERPRINT_LABELS.names())
 
 
 def _wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -122,7 +115,9 @@ def prompt_label_rows(labels: pd.DataFrame, *, benchmark: str, policy: str, labe
         },
         columns=list(PROMPT_LABEL_COLUMNS),
     )
-    return frame.sort_values("id", kind="stable").reset_index(drop=True)
+    frame = frame.sort_values("id", kind="stable").reset_index(drop=True)
+    check_frame(FINGERPRINT_LABELS, frame, relative_path("fingerprint_labels"))
+    return frame
 
 
 def fingerprint_table(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -132,7 +127,9 @@ def fingerprint_table(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         frame[column] = frame[column].astype(float).round(DIGITS)
     for column in ("n", "agree"):
         frame[column] = frame[column].astype("int64")
-    return frame.sort_values(["benchmark", "policy"], kind="stable").reset_index(drop=True)
+    frame = frame.sort_values(["benchmark", "policy"], kind="stable").reset_index(drop=True)
+    check_frame(FINGERPRINT, frame, relative_path("fingerprint"))
+    return frame
 
 
 def _rounded(value: float) -> float:

@@ -35,6 +35,7 @@ from guardpolicy.audit.overlap import (
 )
 from guardpolicy.audit.splits import SPLITS
 from guardpolicy.config import AuditConfig
+from guardpolicy.contracts import POOL, SPLIT
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,8 @@ def audit_settings(config: AuditConfig) -> dict:
     return settings
 
 
-POOL_COLUMNS = ("id", "prompt", "source", GROUP_COLUMN, "split")
+# The audit's pool frame: the pool's prompts with the group and split the audit gives them.
+AUDIT_COLUMNS = (*POOL.select("id", "prompt", "source"), *SPLIT.select(GROUP_COLUMN, "split"))
 
 
 def audit_contamination(
@@ -232,7 +234,7 @@ def audit_contamination(
     order), saves preparing them again. Returns the report (settings, per-benchmark numbers, totals, split
     sizes, near-duplicate groups, leakage) and, per benchmark, the rows its clean copy drops.
     """
-    missing = [column for column in POOL_COLUMNS if column not in pool.columns]
+    missing = [column for column in AUDIT_COLUMNS if column not in pool.columns]
     if missing:
         raise ValueError(f"audit_contamination: pool lacks column(s) {missing}")
     pool_ids = pool["id"].astype(str).tolist()

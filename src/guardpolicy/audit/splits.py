@@ -41,6 +41,7 @@ import pandas as pd
 
 from guardpolicy.audit.groups import GROUP_COLUMN
 from guardpolicy.config import SplitConfig
+from guardpolicy.contracts import SPLIT
 
 SPLITS = ("train", "val", "calib")
 SOURCE_COLUMN = "source"
@@ -48,7 +49,8 @@ MISSING_STRATUM_VALUE = "<missing>"
 
 
 def coarse_column(policy: str) -> str:
-    return f"coarse_{policy}"
+    """A policy's label column in the splits (`guardpolicy.contracts.SPLIT`: coarse_<policy>)."""
+    return SPLIT.family("policy").column(policy)
 
 
 def strata_columns(config: SplitConfig) -> list[str]:

@@ -18,11 +18,12 @@ import pyarrow as pa
 
 from guardpolicy.baselines.base import GuardVerdict, PromptTokens
 from guardpolicy.baselines.mapping import binary_decision
+from guardpolicy.contracts import GUARD_COLUMNS
 from guardpolicy.evaluation.scoring import log_truncation, prediction_columns
 
 log = logging.getLogger(__name__)
 
-EXTRA_COLUMNS = ("guard_label", "parse_status", "categories", "raw")
+EXTRA_COLUMNS = tuple(column.name for column in GUARD_COLUMNS)
 # Decision mapping -> (metric-name suffix, decision column, score column) in the predictions table.
 DECISIONS = {
     "relaxed": ("", "unsafe", "unsafe_score"),

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from guardpolicy.contracts import BENCHMARK, check_table
 from guardpolicy.data.acquire import LocalFile, Unavailable, download, from_mirror
 from guardpolicy.data.normalise import assign_ids, empty_table, normalise_file, to_table
 from guardpolicy.data.readers import read_records
@@ -183,6 +184,8 @@ def _meta(
 
 
 def write_outputs(result: FetchResult, parquet_path: Path, meta_path: Path) -> None:
-    """Write the table and its provenance; each is renamed into place only once complete."""
+    """Check the table against its contract, then write it and its provenance; each is renamed into place
+    only once complete."""
+    check_table(BENCHMARK, result.table, parquet_path)
     write_parquet(parquet_path, result.table)
     write_json(meta_path, result.meta)

@@ -1,4 +1,4 @@
-"""Mapping source records onto the common benchmark schema.
+"""Mapping source records onto the common benchmark schema (`guardpolicy.contracts.BENCHMARK`).
 
 Common schema (one row per prompt): ``id`` (unique, stable), ``benchmark``, ``prompt``, ``expected_unsafe``
 (the benchmark's own gold label), ``category``, ``subset``, ``source_file``, ``source_row``, plus the extra
@@ -16,36 +16,29 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from guardpolicy.contracts import BENCHMARK, DType
 from guardpolicy.data.readers import Records
 from guardpolicy.data.registry import BenchmarkSpec, ExtraType, FileSpec
 from guardpolicy.errors import InputError
 
-CORE_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("benchmark", pa.string(), nullable=False),
-        pa.field("prompt", pa.string(), nullable=False),
-        pa.field("expected_unsafe", pa.bool_(), nullable=False),
-        pa.field("category", pa.string()),
-        pa.field("subset", pa.string()),
-        pa.field("source_file", pa.string()),
-        pa.field("source_row", pa.int64()),
-    ]
-)
-CORE_COLUMNS = tuple(CORE_SCHEMA.names)
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "bool": pa.bool_(),
-    "int": pa.int64(),
-    "float": pa.float64(),
+# A registry `extras` type as the contract's dtype of its column.
+EXTRA_DTYPES: dict[ExtraType, DType] = {
+    "string": "string",
+    "bool": "bool",
+    "int": "int64",
+    "float": "float64",
 }
 _TEMPLATE = re.compile(r"\{([^{}]+)\}")
 
 
+def extra_dtypes(spec: BenchmarkSpec) -> dict[str, DType]:
+    """The benchmark's declared extras (the contract's `<extra>` columns), name -> dtype, in sorted order."""
+    return {name: EXTRA_DTYPES[spec.extras[name]] for name in sorted(spec.extras)}
+
+
 def schema_for(spec: BenchmarkSpec) -> pa.Schema:
     """The full output schema of a benchmark: the core columns, then its declared extras in sorted order."""
-    extras = [pa.field(name, _ARROW_TYPES[spec.extras[name]]) for name in sorted(spec.extras)]
-    return pa.schema([*CORE_SCHEMA, *extras])
+    return BENCHMARK.schema(extra=extra_dtypes(spec))
 
 
 def empty_table(spec: BenchmarkSpec) -> pa.Table:

@@ -13,25 +13,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from guardpolicy.contracts import BENCHMARK, PREDICTIONS, SPLIT, check_frame, require_columns
 from guardpolicy.errors import InputError
 
 SPLIT_PREFIX = "split:"
-BENCHMARK_COLUMNS = ("id", "prompt", "expected_unsafe")
-OPTIONAL_BENCHMARK_COLUMNS = ("category", "pair_id")
+# What the items take from a benchmark, and the columns the predictions carry over from it where it has them.
+BENCHMARK_COLUMNS = BENCHMARK.select("id", "prompt", "expected_unsafe")
+OPTIONAL_BENCHMARK_COLUMNS = PREDICTIONS.select("category", "pair_id")
+GOLD = PREDICTIONS.family("policy")  # gold_<policy>
 KEY_SEPARATOR = "\t"
 
 
 def item_columns(policies: Iterable[str]) -> list[str]:
-    """The items frame's columns, in order."""
+    """The items frame's columns, in order: the predictions' item columns with the prompt."""
     return [
         "dataset",
         "id",
         "prompt",
-        "clean",
-        "expected_unsafe",
-        "category",
-        "pair_id",
-        *(f"gold_{policy}" for policy in policies),
+        *PREDICTIONS.select("clean", "expected_unsafe", "category", "pair_id"),
+        *(GOLD.column(policy) for policy in policies),
     ]
 
 
@@ -86,12 +86,6 @@ def _check_pairs(frame: pd.DataFrame, file: str | Path) -> None:
         )
 
 
-def _require_columns(frame: pd.DataFrame, columns: Iterable[str], file: str | Path) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise InputError(file, f"missing column(s) {missing}", row="header", field=missing[0])
-
-
 def benchmark_items(
     name: str,
     frame: pd.DataFrame,
@@ -99,13 +93,17 @@ def benchmark_items(
     policies: Iterable[str],
     file: str | Path,
 ) -> pd.DataFrame:
-    """A benchmark's rows as items: gold `expected_unsafe`, `category` / `pair_id` where the set has them."""
-    _require_columns(frame, BENCHMARK_COLUMNS, file)
+    """A benchmark's rows as items: gold `expected_unsafe`, `category` / `pair_id` where the set has them.
+
+    The columns read must be the contract's (`guardpolicy.contracts.BENCHMARK`); ids compare as stored."""
+    require_columns(BENCHMARK, frame, file, BENCHMARK_COLUMNS)
     _check_ids(frame, file)
     _check_pairs(frame, file)
     empty_prompt = frame["prompt"].isna().to_numpy() | (frame["prompt"].fillna("").str.len() == 0).to_numpy()
     if empty_prompt.any():
         raise InputError(file, "empty prompt", row=int(np.flatnonzero(empty_prompt)[0]) + 1, field="prompt")
+    present = [column for column in OPTIONAL_BENCHMARK_COLUMNS if column in frame.columns]
+    check_frame(BENCHMARK, frame, file, columns=[*BENCHMARK_COLUMNS, *present])
     items = pd.DataFrame(
         {
             "dataset": name,
@@ -122,7 +120,7 @@ def benchmark_items(
             else pd.Series(pd.NA, index=items.index, dtype="str")
         )
     for policy in policies:
-        items[f"gold_{policy}"] = pd.Series(pd.NA, index=items.index, dtype="str")
+        items[GOLD.column(policy)] = pd.Series(pd.NA, index=items.index, dtype="str")
     return items
 
 
@@ -138,7 +136,7 @@ def split_items(
     prompts: pool id -> prompt; labels: policy -> (pool id -> coarse); files: "split", "pool" and each policy
     -> the file it came from, for error messages.
     """
-    _require_columns(split_frame, ("id",), files["split"])
+    require_columns(SPLIT, split_frame, files["split"], SPLIT.select("id"))
     _check_ids(split_frame, files["split"])
     ids = split_frame["id"].astype("str")
     unknown = ~ids.isin(prompts.index).to_numpy()
@@ -166,7 +164,7 @@ def split_items(
         if unlabelled.any():
             row = int(np.flatnonzero(unlabelled)[0])
             raise InputError(files[policy], f"no label for split {split!r} id {ids.iloc[row]!r}", field="id")
-        items[f"gold_{policy}"] = coarse.loc[ids].astype("str").to_numpy()
+        items[GOLD.column(policy)] = coarse.loc[ids].astype("str").to_numpy()
     return items
 
 

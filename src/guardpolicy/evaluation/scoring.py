@@ -10,7 +10,7 @@ Spans are reduced to character offsets inside the loop, so no [N, T] matrix is k
 full forward pass would give; the span head needs every token state, so those models get no span.
 
 `predictions_table` turns logits into the contract's "Predictions" table (softmax, the two binary mappings,
-pillar sigmoids, spans) with its exact columns and types.
+pillar sigmoids, spans) with its exact columns and types, checked against `guardpolicy.contracts.PREDICTIONS`.
 
 Truncation: a prompt longer than `max_length` tokens (special tokens included) is cut the way the guard was
 trained to read it (its config's ``truncation``: the head, the tail, or both ends; `tokenize_truncated`).
@@ -33,13 +33,17 @@ import pyarrow as pa
 import torch
 from tqdm.auto import tqdm
 
+from guardpolicy.contracts import PREDICTIONS, check_table
 from guardpolicy.errors import InputError
+from guardpolicy.layout import relative_path
 from guardpolicy.modeling.prefix import TopView
 from guardpolicy.training.collate import sorted_batches, tokenize_truncated
 from guardpolicy.training.device import DeviceChoice
 
 log = logging.getLogger(__name__)
 
+# The predictions' per-policy gold columns (gold_<policy>) and per-class probabilities (p_<coarse>).
+GOLD, PROBABILITY = PREDICTIONS.family("policy"), PREDICTIONS.family("coarse")
 UNSAFE_CLASSES = ("HARMFUL", "COMPOUND")
 BOUNDARY_CLASS = "BOUNDARY_SAFE"
 NO_SPAN = -1
@@ -319,29 +323,20 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
 def prediction_columns(
     coarse_classes: Sequence[str], pillar_columns: Sequence[str], policies: Iterable[str]
 ) -> list[str]:
-    """The predictions table's columns, in the contract's order."""
-    return [
-        "model",
-        "dataset",
-        "id",
-        "clean",
-        "expected_unsafe",
-        "category",
-        "pair_id",
-        *(f"gold_{p}" for p in policies),
-        *(f"p_{c}" for c in coarse_classes),
-        "pred_coarse",
-        "unsafe_score",
-        "unsafe_score_bu",
-        "unsafe",
-        "unsafe_bu",
-        *pillar_columns,
-        "span_start",
-        "span_end",
-        "span_computed",
-        "n_tokens",
-        "truncated",
-    ]
+    """The predictions table's columns (`guardpolicy.contracts.PREDICTIONS`), in order."""
+    return PREDICTIONS.names(**prediction_members(coarse_classes, pillar_columns, policies))
+
+
+def prediction_members(
+    coarse_classes: Sequence[str], pillar_columns: Sequence[str], policies: Iterable[str]
+) -> dict[str, list[str]]:
+    """The members of the predictions' column families (gold_<policy>, p_<coarse>, pillar_<pillar>)."""
+    pillar = PREDICTIONS.family("pillar")
+    return {
+        "policy": list(policies),
+        "coarse": list(coarse_classes),
+        "pillar": [pillar.member(column) for column in pillar_columns],
+    }
 
 
 def predictions_table(
@@ -394,9 +389,9 @@ def predictions_table(
         "pair_id": strings("pair_id"),
     }
     for policy in policies:
-        arrays[f"gold_{policy}"] = strings(f"gold_{policy}")
+        arrays[GOLD.column(policy)] = strings(GOLD.column(policy))
     for i, cls in enumerate(coarse_classes):
-        arrays[f"p_{cls}"] = pa.array(probabilities[:, i].astype(np.float32), pa.float32())
+        arrays[PROBABILITY.column(cls)] = pa.array(probabilities[:, i].astype(np.float32), pa.float32())
     arrays["pred_coarse"] = pa.array(predicted.tolist(), pa.string())
     arrays["unsafe_score"] = pa.array(unsafe_score.astype(np.float32), pa.float32())
     arrays["unsafe_score_bu"] = pa.array(unsafe_score_bu.astype(np.float32), pa.float32())
@@ -417,5 +412,8 @@ def predictions_table(
         raise ValueError(f"n_tokens has shape {list(n_tokens.shape)}, expected [{n}]")
     arrays["n_tokens"] = pa.array(n_tokens, pa.int64())
     arrays["truncated"] = pa.array(n_tokens > max_length, pa.bool_())
-    names = prediction_columns(coarse_classes, pillar_columns, policies)
-    return pa.table([arrays[name] for name in names], names=names)
+    members = prediction_members(coarse_classes, pillar_columns, policies)
+    names = PREDICTIONS.names(**members)
+    table = pa.table([arrays[name] for name in names], names=names)
+    check_table(PREDICTIONS, table, relative_path("predictions", model=model_name), **members)
+    return table

@@ -19,12 +19,17 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from guardpolicy.contracts import POLICY_LABELS, POOL, check_frame, check_table
 from guardpolicy.errors import InputError
 from guardpolicy.labeling.policy import Policy
+from guardpolicy.layout import relative_path
 from guardpolicy.taxonomy import Taxonomy
 
-POOL_COLUMNS = ("id", "prompt", "source", "sources", "facts", "pillars", "span_start", "span_end")
-IMPORT_PREFIX = "import_"
+# The pool columns a labeler reads (a benchmark's rows are labelled as a frame of these, too).
+LABELER_COLUMNS = POOL.select(
+    "id", "prompt", "source", "sources", "facts", "pillars", "span_start", "span_end"
+)
+IMPORT_PREFIX = POOL.family("label").prefix
 
 
 @dataclass(frozen=True)
@@ -120,13 +125,12 @@ def _span(start: Any, end: Any, prompt: str, pool_file: str, row_id: str) -> tup
 
 
 def pool_rows(pool: pd.DataFrame, taxonomy: Taxonomy, pool_file: str) -> list[PoolRow]:
-    """Check the pool columns the labelers rely on and convert each row; bad data names row id and field."""
-    missing = [c for c in POOL_COLUMNS if c not in pool.columns]
-    if missing:
-        raise InputError(pool_file, f"missing pool column(s) {missing}", row="header", field=missing[0])
+    """Check the pool columns the labelers rely on (their contract, then what the labelers need of the values)
+    and convert each row; bad data names the row and the field."""
+    check_frame(POOL, pool, pool_file, columns=LABELER_COLUMNS)
     rows: list[PoolRow] = []
     seen: set[str] = set()
-    columns = [pool[c].tolist() for c in POOL_COLUMNS]
+    columns = [pool[c].tolist() for c in LABELER_COLUMNS]
     for number, (row_id, prompt, source, sources, facts, pillars, start, end) in enumerate(
         zip(*columns, strict=True), start=1
     ):
@@ -160,28 +164,13 @@ def pool_rows(pool: pd.DataFrame, taxonomy: Taxonomy, pool_file: str) -> list[Po
 
 
 def label_columns(taxonomy: Taxonomy) -> list[str]:
-    return [
-        "id",
-        "coarse",
-        *taxonomy.pillar_columns,
-        "span_start",
-        "span_end",
-        "labeler",
-        "policy",
-        "policy_version",
-        "rule",
-    ]
+    """The label file's columns (`guardpolicy.contracts.POLICY_LABELS`), pillar flags in taxonomy order."""
+    return POLICY_LABELS.names(pillar=taxonomy.pillar_names)
 
 
 def label_schema(taxonomy: Taxonomy) -> pa.Schema:
-    fields = [pa.field("id", pa.string(), nullable=False), pa.field("coarse", pa.string(), nullable=False)]
-    fields += [pa.field(column, pa.bool_(), nullable=False) for column in taxonomy.pillar_columns]
-    fields += [pa.field("span_start", pa.int64()), pa.field("span_end", pa.int64())]
-    fields += [
-        pa.field(name, pa.string(), nullable=False) for name in ("labeler", "policy", "policy_version")
-    ]
-    fields.append(pa.field("rule", pa.string()))
-    return pa.schema(fields)
+    """Its Arrow schema: a column without nulls is a non-nullable field."""
+    return POLICY_LABELS.schema(pillar=taxonomy.pillar_names)
 
 
 def build_label_frame(
@@ -220,10 +209,15 @@ def build_label_frame(
 
 
 def label_table(frame: pd.DataFrame, taxonomy: Taxonomy) -> pa.Table:
-    """The label frame as an Arrow table with the contract's exact schema (for write_parquet)."""
-    return pa.Table.from_pandas(
+    """The label frame as an Arrow table with the contract's exact schema (for write_parquet), checked."""
+    table = pa.Table.from_pandas(
         frame[label_columns(taxonomy)], schema=label_schema(taxonomy), preserve_index=False
     )
+    policy = str(frame["policy"].iloc[0]) if len(frame) else "<policy>"
+    check_table(
+        POLICY_LABELS, table, relative_path("policy_labels", policy=policy), pillar=taxonomy.pillar_names
+    )
+    return table
 
 
 def label_summary(frame: pd.DataFrame, taxonomy: Taxonomy) -> dict[str, Any]:

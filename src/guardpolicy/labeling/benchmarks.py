@@ -1,8 +1,8 @@
 """Benchmark prompts as labeler input: the facts file (`data/benchmark_facts.yaml`) and pool-like rows.
 
-A labeler labels pool rows (`base.POOL_COLUMNS`). To label a benchmark's prompts under a policy, each prompt
-needs what a pool row carries: facts and pillars. They come from the facts file, which declares per benchmark
-what its prompts are, in the format a pool source declares them (`facts` or `fact_rules`, `pillars`,
+A labeler labels pool rows (`base.LABELER_COLUMNS`). To label a benchmark's prompts under a policy, each
+prompt needs what a pool row carries: facts and pillars. They come from the facts file, which declares per
+benchmark what its prompts are, in the format a pool source declares them (`facts` or `fact_rules`, `pillars`,
 `pillars_from`; see data/pool.yaml). The rule classes and the per-record matching are the pool's own
 (`guardpolicy.pool.registry`, `guardpolicy.pool.loaders`), so a rule means the same in both files.
 
@@ -22,7 +22,7 @@ import pandas as pd
 
 from guardpolicy.config import from_mapping, load_yaml
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.labeling.base import POOL_COLUMNS, is_missing
+from guardpolicy.labeling.base import LABELER_COLUMNS, is_missing
 from guardpolicy.layout import relative_path
 from guardpolicy.pool.loaders import facts_for_record, pillars_for_record
 from guardpolicy.pool.registry import FACT_COMPOSED, FactRule, PillarMap, PoolFile, check_fact_rules
@@ -144,7 +144,7 @@ def _span(
 
 
 def benchmark_label_rows(frame: pd.DataFrame, entry: BenchmarkFacts, *, file: str) -> pd.DataFrame:
-    """The benchmark's rows as labeler input (`POOL_COLUMNS`), same order; `file` names it in errors.
+    """The benchmark's rows as labeler input (`LABELER_COLUMNS`), same order; `file` names it in errors.
 
     `source` and `sources` are the benchmark's name. A row no fact rule covers, or a column the entry reads
     that the benchmark lacks, is an InputError: a prior that skipped prompts would bias the agreement.
@@ -188,7 +188,7 @@ def benchmark_label_rows(frame: pd.DataFrame, entry: BenchmarkFacts, *, file: st
             "span_start": pd.array(starts, dtype="Int64"),
             "span_end": pd.array(ends, dtype="Int64"),
         },
-        columns=list(POOL_COLUMNS),
+        columns=list(LABELER_COLUMNS),
     )
     return rows
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from guardpolicy.contracts import POOL, check_table
+from guardpolicy.layout import relative_path
 from guardpolicy.pool.generate import seeded_rank
 from guardpolicy.pool.rows import Candidate
 
@@ -201,7 +203,8 @@ def sample(
 
 
 def pool_table(rows: Sequence[PoolRow], import_columns: Sequence[str]) -> pa.Table:
-    """The pool as the contract's Arrow table (docs/data-contracts.md, "Pool"), rows in the given order."""
+    """The pool as the contract's Arrow table (`guardpolicy.contracts.POOL`), rows in the given order;
+    checked against the contract."""
     strings = pa.list_(pa.string())
     columns: dict[str, pa.Array] = {
         "id": pa.array([r.id for r in rows], pa.string()),
@@ -217,7 +220,9 @@ def pool_table(rows: Sequence[PoolRow], import_columns: Sequence[str]) -> pa.Tab
     }
     for column in import_columns:
         columns[column] = pa.array([r.imports.get(column) for r in rows], pa.string())
-    return pa.table(columns)
+    table = pa.table(columns)
+    check_table(POOL, table, relative_path("pool"))
+    return table
 
 
 def composition(rows: Sequence[PoolRow]) -> dict[str, dict[str, int]]:

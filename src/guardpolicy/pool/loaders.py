@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guardpolicy.contracts import POOL
 from guardpolicy.data.acquire import LocalFile, Unavailable, download, from_mirror
 from guardpolicy.data.readers import Records, read_json_document, read_records, records_from_objects
 from guardpolicy.errors import ChecksumError, InputError
@@ -22,7 +23,7 @@ from guardpolicy.io import sha256_file
 from guardpolicy.pool.registry import PoolFile, PoolSource, template_fields
 from guardpolicy.pool.rows import Candidate, stripped
 
-IMPORT_PREFIX = "import_"
+IMPORT_PREFIX = POOL.family("label").prefix  # a user source's label columns: import_<label>
 _MISSING = object()
 _FIELD = re.compile(r"\{([^{}]+)\}")
 

@@ -20,11 +20,12 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from guardpolicy.audit.contamination import audit_contamination, contamination_markdown
+from guardpolicy.audit.contamination import AUDIT_COLUMNS, audit_contamination, contamination_markdown
 from guardpolicy.audit.groups import GROUP_COLUMN, duplicate_groups, group_summary
 from guardpolicy.audit.overlap import prepare_texts
 from guardpolicy.audit.splits import SPLITS, assign_splits, coarse_column, strata_columns
 from guardpolicy.config import load_params
+from guardpolicy.contracts import CLEAN_BENCHMARK, SPLIT, check_table, write_table
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_dir, read_parquet_table, write_json, write_parquet, write_text
@@ -107,9 +108,9 @@ def read_benchmarks(registry_file: str | Path, benchmarks_dir: str | Path) -> di
 
 
 def split_table(frame: pd.DataFrame, policies: list[str]) -> pa.Table:
-    columns = ["id", "split", GROUP_COLUMN, "source"] + [coarse_column(policy) for policy in policies]
+    columns = SPLIT.names(policy=policies)
     ordered = frame.sort_values("id", kind="stable")[columns]
-    schema = pa.schema([(column, pa.string()) for column in columns])
+    schema = SPLIT.schema(mark_required=False, policy=policies)
     return pa.Table.from_pandas(ordered, schema=schema, preserve_index=False)
 
 
@@ -121,6 +122,7 @@ def replace_directory(target: str | Path, tables: Mapping[str, pa.Table]) -> Non
     """
     with atomic_dir(target) as staging:
         for name, table in tables.items():
+            check_table(CLEAN_BENCHMARK, table, Path(target) / f"{name}.parquet")
             write_parquet(staging / f"{name}.parquet", table)
 
 
@@ -174,7 +176,7 @@ def audit(layout: Layout | None = None) -> dict:
 
     benchmarks = {name: table.select(["id", "prompt"]).to_pandas() for name, table in tables.items()}
     result = audit_contamination(
-        pool[["id", "prompt", "source", GROUP_COLUMN, "split"]],
+        pool[list(AUDIT_COLUMNS)],
         benchmarks,
         config,
         prepared_pool=prepared_pool,
@@ -184,7 +186,12 @@ def audit(layout: Layout | None = None) -> dict:
     payload["settings"]["policies"] = policies
 
     for split in SPLITS:
-        write_parquet(layout.path("split", split=split), split_table(pool[pool["split"] == split], policies))
+        write_table(
+            SPLIT,
+            layout.path("split", split=split),
+            split_table(pool[pool["split"] == split], policies),
+            policy=policies,
+        )
     clean_tables = {
         name: table.filter(pa.array(~result.benchmarks[name].drop, type=pa.bool_()))
         for name, table in tables.items()

@@ -33,8 +33,9 @@ from guardpolicy.baselines.metrics import baseline_metrics
 from guardpolicy.baselines.predictions import baseline_predictions_table, log_prompt_tokens, verdict_rows
 from guardpolicy.baselines.registry import build_adapter, guard_config, guard_spec
 from guardpolicy.config import load_params
+from guardpolicy.contracts import BASELINE_PREDICTIONS, write_table
 from guardpolicy.evaluation.inputs import evaluation_items
-from guardpolicy.io import write_json, write_parquet
+from guardpolicy.io import write_json
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
@@ -101,7 +102,7 @@ def baseline(guard: str, layout: Layout | None = None, device: str | None = None
         tokens=tokens,
     )
     target = layout.path("baseline_predictions", guard=guard).parent
-    write_parquet(layout.path("baseline_predictions", guard=guard), table)
+    write_table(BASELINE_PREDICTIONS, layout.path("baseline_predictions", guard=guard), table)
     metrics = baseline_metrics(
         table.to_pandas(),
         model_name=model_name,

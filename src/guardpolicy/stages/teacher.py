@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from guardpolicy.contracts import TEACHER_LOGITS, write_table
 from guardpolicy.errors import ConfigError
-from guardpolicy.io import read_parquet, write_parquet
+from guardpolicy.io import read_parquet
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
@@ -114,7 +115,7 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
         }
     )
     out_file = layout.path("teacher_logits", policy=policy)
-    write_parquet(out_file, table)
+    write_table(TEACHER_LOGITS, out_file, table)
     predict_seconds = time.perf_counter() - predicted_at
     samples = len(examples) * run.recipe["epochs"] + len(ids)
     note_work(card["run"]["train_seconds"] + predict_seconds, samples)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from guardpolicy.config import AnchorSetConfig
+from guardpolicy.contracts import POLICY_LABELS, TEACHER_LOGITS, check_frame, require_columns
 from guardpolicy.errors import InputError
 from guardpolicy.taxonomy import Taxonomy
 
@@ -102,6 +103,9 @@ def label_targets(labels: pd.DataFrame, taxonomy: Taxonomy, file: str) -> pd.Dat
     Spans pass through as the label file has them: set for unsafe rows whose harmful part the pool knows,
     null otherwise (the loop leaves null-span rows out of the span loss).
     """
+    require_columns(
+        POLICY_LABELS, labels, file, ("id", "coarse", *taxonomy.pillar_columns, "span_start", "span_end")
+    )
     index = {name: i for i, name in enumerate(taxonomy.coarse_classes)}
     coarse = labels["coarse"].map(index)
     unknown = coarse.isna()
@@ -113,9 +117,6 @@ def label_targets(labels: pd.DataFrame, taxonomy: Taxonomy, file: str) -> pd.Dat
             row=row + 1,
             field="coarse",
         )
-    missing = [c for c in taxonomy.pillar_columns if c not in labels.columns]
-    if missing:
-        raise InputError(file, f"missing pillar column(s) {missing[:3]}", row="header", field=missing[0])
     pillars = labels[list(taxonomy.pillar_columns)].to_numpy(dtype=np.float32)  # [N, 24]
     span_start = labels["span_start"].astype("Int64")
     span_end = labels["span_end"].astype("Int64")
@@ -182,10 +183,7 @@ def _teacher_lookup(ids: pd.Series, sources: ExampleSources, what: str) -> list[
     if teacher is None:
         return [None] * len(ids)
     file = sources.file("teacher")
-    duplicated = teacher["id"].duplicated()
-    if duplicated.any():
-        row = int(np.flatnonzero(duplicated.to_numpy())[0]) + 1
-        raise InputError(file, f"id {teacher['id'].iloc[row - 1]!r} appears twice", row=row, field="id")
+    check_frame(TEACHER_LOGITS, teacher, file)  # columns, dtypes, and each id once
     _require_ids(ids, teacher["id"], file, what, "; rerun the teacher stage so it covers them")
     position = pd.Series(np.arange(len(teacher)), index=teacher["id"].to_numpy())
     logits = teacher["logits"].to_numpy()

@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from guardpolicy.contracts import BENCHMARK
 from guardpolicy.data.acquire import how_to_provide
-from guardpolicy.data.normalise import CORE_COLUMNS
 from guardpolicy.data.registry import BenchmarkSpec
 from guardpolicy.validation.gx import Check, SuiteResult, run_checks, suite_counts
 
@@ -24,7 +24,7 @@ def benchmark_checks(spec: BenchmarkSpec) -> list[Check]:
     e = gx.expectations
     checks = [
         Check(
-            e.ExpectTableColumnsToMatchSet(column_set=list(CORE_COLUMNS), exact_match=False),
+            e.ExpectTableColumnsToMatchSet(column_set=[c.name for c in BENCHMARK.columns], exact_match=False),
             description="the common schema columns are present",
         ),
         Check(

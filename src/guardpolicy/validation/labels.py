@@ -14,18 +14,18 @@ from typing import Any
 import pandas as pd
 
 from guardpolicy.config import AgreementConfig
+from guardpolicy.contracts import POLICY_LABELS
 from guardpolicy.taxonomy import Taxonomy
 from guardpolicy.validation.gx import EXAMPLES, Check, SuiteResult, run_checks
 from guardpolicy.validation.pool import span_checks, with_span_columns
 
-LABEL_COLUMNS = ("id", "coarse", "span_start", "span_end", "labeler", "policy", "policy_version", "rule")
 LABELERS = ("rules", "import", "committee")
 POLICY_VERSION_PATTERN = r"^.+\+[0-9a-f]{12}$"
 
 
 def label_columns(taxonomy: Taxonomy) -> list[str]:
     """The contract's columns of a label file, pillar flags in taxonomy order."""
-    return [LABEL_COLUMNS[0], LABEL_COLUMNS[1], *taxonomy.pillar_columns, *LABEL_COLUMNS[2:]]
+    return POLICY_LABELS.names(pillar=taxonomy.pillar_names)
 
 
 def labels_frame(labels: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFrame:

@@ -14,22 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from guardpolicy.contracts import POOL
 from guardpolicy.layout import relative_path
 from guardpolicy.taxonomy import Taxonomy
 from guardpolicy.validation.gx import Check, SuiteResult, run_checks
 
-POOL_COLUMNS = (
-    "id",
-    "prompt",
-    "source",
-    "sources",
-    "origins",
-    "kind",
-    "facts",
-    "pillars",
-    "span_start",
-    "span_end",
-)
 POOL_KINDS = ("public", "generated", "user")
 POOL_ID_PATTERN = r"^p_[0-9a-f]{16}$"
 # Derived columns the suites add to the frame they validate.
@@ -118,7 +107,8 @@ def pool_checks(frame: pd.DataFrame) -> list[Check]:
     present = set(frame.columns)
     checks = [
         Check(
-            e.ExpectTableColumnsToMatchSet(column_set=list(POOL_COLUMNS), exact_match=False),
+            # Every fixed column of the contract (a user's import_<label> columns may come on top).
+            e.ExpectTableColumnsToMatchSet(column_set=[c.name for c in POOL.columns], exact_match=False),
             description="the pool contract's columns are present",
         )
     ]

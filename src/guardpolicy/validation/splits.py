@@ -14,6 +14,7 @@ import pandas as pd
 
 from guardpolicy.audit.normalise import normalise_text
 from guardpolicy.config import NormaliseConfig, SplitConfig
+from guardpolicy.contracts import SPLIT
 from guardpolicy.layout import relative_path
 from guardpolicy.taxonomy import Taxonomy
 from guardpolicy.validation.gx import EXAMPLES, Check, SuiteResult, run_checks
@@ -25,7 +26,8 @@ CLEAN_DERIVED = ("id_in_original", "prompt_matches_original", "in_train_after_no
 
 
 def split_columns(policies: list[str] | tuple[str, ...]) -> list[str]:
-    return ["id", "split", "source", *(f"coarse_{policy}" for policy in policies)]
+    """The contract's columns of a split file (`guardpolicy.contracts.SPLIT`)."""
+    return SPLIT.names(policy=policies)
 
 
 def split_fractions(config: SplitConfig) -> dict[str, float]:
@@ -79,7 +81,7 @@ def validate_files(frame: pd.DataFrame) -> SuiteResult:
         ),
         Check(
             e.ExpectColumnValuesToBeNull(column="missing_columns"),
-            description="split files have id, split, source and coarse_<policy> for every policy",
+            description="split files have the contract's columns: id, split, group, source, coarse_<policy>",
         ),
         Check(
             e.ExpectColumnValuesToBeBetween(
@@ -168,7 +170,7 @@ def splits_checks(
             )
         )
     for policy in policies:
-        column = f"coarse_{policy}"
+        column = SPLIT.family("policy").column(policy)
         if column in frame.columns:
             checks.append(
                 Check(
