@@ -42,7 +42,8 @@ from typing import Any
 import fire
 
 # config and taxonomy are light (yaml, dataclasses); the stage modules are imported per command below.
-from guardpolicy.config import PARAMS_FILE, load_params
+from guardpolicy.config.core import PARAMS_FILE
+from guardpolicy.config.params import load_params
 from guardpolicy.runner import guarded, with_layout
 from guardpolicy.taxonomy import TAXONOMY_FILE, load_taxonomy
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardpolicy.config import PARAMS_FILE, Params, load_params, load_yaml
+from guardpolicy.config.core import PARAMS_FILE, load_yaml
+from guardpolicy.config.params import Params, load_params
 from guardpolicy.errors import ConfigError
 from guardpolicy.layout import relative_path
 from guardpolicy.timing import STAGE_ENV

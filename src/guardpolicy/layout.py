@@ -74,7 +74,7 @@ ARTIFACTS: Mapping[str, Artifact] = {
     # Models.
     "prefixes": Artifact("data/prefix/{scale}", "a scale's frozen prefix states over every prompt"),
     "models": Artifact("models", "every checkpoint folder", dvc=False),
-    # Model names (training.branches): <scale>-pretrained, teacher-<policy>, <scale>-<branch>[-s<seed>].
+    # Model names (training.names): <scale>-pretrained, teacher-<policy>, <scale>-<branch>[-s<seed>].
     "model": Artifact("models/{model}", "one checkpoint: weights, tokenizer, model card"),
     "teacher_outputs": Artifact("data/teacher_outputs", "every teacher's cached logits"),
     "teacher_logits": Artifact("data/teacher_outputs/{policy}.parquet", "one teacher's logits"),

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from guardpolicy.config import load_yaml
+from guardpolicy.config.core import load_yaml
 from guardpolicy.errors import ConfigError
 from guardpolicy.layout import relative_path
 

@@ -123,7 +123,8 @@ def test_each_injection_path_trained_its_model_and_every_model_was_evaluated(red
     work, *_ = reduced_repo
     cards = {m: json.loads((work / "models" / m / "model_card.json").read_text()) for m in MODELS}
     # Head-only trains only the heads; the mix and the distilled branch train everything above the smoke
-    # student's frozen prefix (embeddings + layer 0, cached once by prefix@small): the top layer and heads.
+    # small encoder's frozen prefix (embeddings + layer 0, cached once by prefix@small): the top layer and
+    # heads.
     e1, e2 = cards["small-E1"]["parameters"], cards["small-E2"]["parameters"]
     assert e1["trainable"] == e1["heads"] < e1["total"]
     assert e2["heads"] < e2["trainable"] < e2["total"]

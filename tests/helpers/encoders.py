@@ -3,7 +3,7 @@ evaluation tests."""
 
 from __future__ import annotations
 
-from guardpolicy.config import EncoderConfig
+from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.modeling.guard import GuardModel
 
 HIDDEN = 32

@@ -27,7 +27,7 @@ from guardpolicy.baselines.base import Decoding
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
 from guardpolicy.baselines.factory import build_backend
 from guardpolicy.baselines.registry import GuardSpec, parse_registry
-from guardpolicy.config import BaselineGuardConfig
+from guardpolicy.config.baselines import BaselineGuardConfig
 from guardpolicy.errors import ConfigError
 from guardpolicy.stages.baselines import baseline
 

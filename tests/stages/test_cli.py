@@ -14,7 +14,7 @@ from helpers.benchmarks import EXPECTED_ROWS, write_params
 from helpers.paths import REPO_ROOT
 
 from guardpolicy import cli
-from guardpolicy.config import load_params
+from guardpolicy.config.params import load_params
 
 PARAMS = REPO_ROOT / "params.yaml"
 
@@ -49,7 +49,8 @@ def test_cli_params_with_another_profile(tmp_path: Path) -> None:
     shown = json.loads(completed.stdout)
     assert shown["profile"] == "paper"
     assert shown["active"]["precision"] == "bf16"
-    assert shown["active"]["seeds"] == [42, 43, 44]
+    assert shown["active"]["seed"] == 42
+    assert shown["active"]["large_encoder"]["name"] == "answerdotai/ModernBERT-large"
 
 
 def test_cli_registry_lists_the_benchmarks() -> None:

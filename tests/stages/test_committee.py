@@ -18,7 +18,7 @@ from helpers.fake_openai import FakeOpenAIServer
 from helpers.layout import repo_layout
 from helpers.paths import MIRROR, REPO_ROOT
 
-from guardpolicy.config import CommitteeConfig, PolicyParams
+from guardpolicy.config.policies import CommitteeConfig, PolicyParams
 from guardpolicy.errors import GuardpolicyError
 from guardpolicy.labeling import committee, load_policy, make_labeler
 from guardpolicy.labeling.base import LabelResult

@@ -43,7 +43,7 @@ def _tiny_params(tmp_path: Path) -> Path:
     """The smoke params with the small scale's encoder replaced by the tiny random one (nothing loaded)."""
     path = write_params(tmp_path / "params.yaml", tmp_path / "mirror")
     params = yaml.safe_load(path.read_text(encoding="utf-8"))
-    params["profiles"][params["profile"]]["student"] = {
+    params["profiles"][params["profile"]]["small_encoder"] = {
         key: value for key, value in dataclasses.asdict(TINY).items() if value not in (None, False)
     }
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")

@@ -26,7 +26,7 @@ from guardpolicy.baselines.backends.classifier import SequenceClassifierBackend
 from guardpolicy.baselines.backends.local import LoadPolicy
 from guardpolicy.baselines.base import Decoding
 from guardpolicy.baselines.registry import load_baseline_registry
-from guardpolicy.config import EncoderConfig
+from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.modeling.backbone import load_backbone
 from guardpolicy.modeling.guard import load_guard, save_guard
@@ -141,10 +141,10 @@ def test_registry_flags_are_typed_and_default_to_false(
 # ------------------------------------------------------------------------------------------------ backbones
 
 
-def _params_with_student(tmp_path: Path, student: dict[str, object]) -> Path:
+def _params_with_small_encoder(tmp_path: Path, encoder: dict[str, object]) -> Path:
     path = write_params(tmp_path / "params.yaml", tmp_path / "mirror")
     params = yaml.safe_load(path.read_text(encoding="utf-8"))
-    params["profiles"][params["profile"]]["student"] = student
+    params["profiles"][params["profile"]]["small_encoder"] = encoder
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     return path
 
@@ -156,18 +156,18 @@ def test_a_pickle_only_backbone_is_refused_naming_its_params_entry(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     folder = pickle_only_copy(classifier_dir, tmp_path / "encoder")
-    params_file = _params_with_student(tmp_path, {"name": str(folder)})
+    params_file = _params_with_small_encoder(tmp_path, {"name": str(folder)})
     models = tmp_path / "models"
     with monkeypatch.context() as patched:
         patched.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was called"))
         with pytest.raises(SystemExit) as exited:
             guarded(backbone)("small", repo_layout(tmp_path))
     assert exited.value.code == EXIT_BAD_INPUT
-    expected = REFUSAL.format(folder=folder, entry="profiles.smoke.student", file=params_file)
+    expected = REFUSAL.format(folder=folder, entry="profiles.smoke.small_encoder", file=params_file)
     assert _errors(capsys) == [f"error: {expected}"]
     assert not models.exists()
 
-    _params_with_student(tmp_path, {"name": str(folder), "allow_pickle": True})
+    _params_with_small_encoder(tmp_path, {"name": str(folder), "allow_pickle": True})
     card = backbone("small", repo_layout(tmp_path))
     written = models / "small-pretrained"
     # Loaded once from the pickle with permission; what we write is safetensors, as always.
@@ -229,6 +229,8 @@ def test_a_models_own_code_is_never_run_without_the_entry_flag(tmp_path: Path) -
         f"{folder}: the model needs its own Python code, which is never run unless its entry allows it: set "
         "trust_remote_code: true on entry pg in data/baselines.yaml to run it (only for code you trust)"
     )
-    with pytest.raises(RemoteCodeRefused, match=r"trust_remote_code: true on entry profiles\.x\.student"):
-        load_backbone(EncoderConfig(name=str(folder)), entry="profiles.x.student")
+    with pytest.raises(
+        RemoteCodeRefused, match=r"trust_remote_code: true on entry profiles\.x\.small_encoder"
+    ):
+        load_backbone(EncoderConfig(name=str(folder)), entry="profiles.x.small_encoder")
     assert not marker.exists()

@@ -7,7 +7,7 @@ import torch
 from helpers.encoders import HIDDEN, TINY, tiny_guard
 from transformers import AutoModel
 
-from guardpolicy.config import EncoderConfig
+from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.errors import ConfigError
 from guardpolicy.modeling.backbone import load_backbone, package_model_folder, transformer_layers
 from guardpolicy.modeling.guard import GuardModel, count_parameters, load_guard, save_guard

@@ -17,7 +17,7 @@ from dvc.dependency.param import ParamsDependency
 from dvc.repo import Repo
 from helpers.paths import REPO_ROOT
 
-from guardpolicy.config import load_params
+from guardpolicy.config.params import load_params
 from guardpolicy.data.registry import load_registry
 from guardpolicy.layout import Layout
 from guardpolicy.runner import with_layout

@@ -222,7 +222,7 @@ def test_a_model_trained_on_the_tail_is_evaluated_on_the_tail(tmp_path: Path) ->
 
 
 def test_truncation_settings_are_checked() -> None:
-    from guardpolicy.config import ProfileConfig
+    from guardpolicy.config.profiles import ProfileConfig
     from guardpolicy.errors import ConfigError
     from guardpolicy.training.collate import check_truncation
 
@@ -236,15 +236,16 @@ def test_truncation_settings_are_checked() -> None:
         ProfileConfig(
             description="x",
             pool_size=1,
-            teacher=encoder,
-            student=encoder,
+            small_encoder=encoder,
+            large_encoder=encoder,
             max_length=64,
             epochs=1,
             batch_size=1,
             learning_rate=1e-3,
-            seeds=(1,),
+            seed=1,
             bootstrap_samples=1,
             precision="fp32",
             truncation="tail",
             truncation_head_tokens=8,
+            speed_probe_samples=0,
         )

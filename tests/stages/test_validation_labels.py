@@ -20,7 +20,8 @@ from helpers.benchmarks import write_params
 from helpers.layout import repo_layout, stage_env
 from helpers.paths import REPO_ROOT
 
-from guardpolicy.config import AgreementConfig, NormaliseConfig
+from guardpolicy.config.agreement import AgreementConfig
+from guardpolicy.config.audit import NormaliseConfig
 from guardpolicy.errors import ValidationFailed
 from guardpolicy.layout import Layout
 from guardpolicy.stages.validate_labels import validate_labels
@@ -189,7 +190,7 @@ def test_good_inputs_pass_every_suite() -> None:
     results = [
         validate_pool(pool, TAXONOMY),
         *(validate_label_file(good_labels(p), pool, p, TAXONOMY) for p in POLICIES),
-        validate_agreement(good_agreement(), AgreementConfig()),
+        validate_agreement(good_agreement(), AgreementConfig(binary_band=(0.0, 1.0))),
         validate_files(files_frame(splits, CLEANS, POLICIES, {"train": 0.8, "val": 0.1, "calib": 0.1}, 10)),
         validate_split_frames(splits, pool, POLICIES, TAXONOMY),
         *(

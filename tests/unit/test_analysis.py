@@ -42,7 +42,8 @@ from guardpolicy.analysis.sensitivity import compute_spans
 from guardpolicy.analysis.span_tables import SPAN_SCALE_COLUMNS, noise_floor_table, span_table
 from guardpolicy.analysis.stats import percentile_interval
 from guardpolicy.analysis.xstest import pair_consistency, type_over_refusal
-from guardpolicy.config import LoadConfig, load_params
+from guardpolicy.config.analysis import LoadConfig
+from guardpolicy.config.params import load_params
 from guardpolicy.errors import InputError
 from guardpolicy.layout import Layout
 from guardpolicy.stages.analyse import analyse, warn_unregistered

@@ -41,7 +41,7 @@ from guardpolicy.audit.overlap import (
     summarise_matches,
 )
 from guardpolicy.audit.splits import SPLITS, assign_splits, rounded_quotas, stratum_targets
-from guardpolicy.config import AuditConfig, NearDuplicateConfig, NormaliseConfig, SplitConfig
+from guardpolicy.config.audit import AuditConfig, NearDuplicateConfig, NormaliseConfig, SplitConfig
 from guardpolicy.data.normalise import schema_for
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError

@@ -17,7 +17,9 @@ import yaml
 from helpers.paths import REPO_ROOT
 
 from guardpolicy import timing
-from guardpolicy.config import AnchorSetConfig, Params, from_mapping, load_params
+from guardpolicy.config.anchor_sets import AnchorSetConfig
+from guardpolicy.config.core import from_mapping
+from guardpolicy.config.params import Params, load_params
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import collect_timings, stage_record, write_stage_record
@@ -31,6 +33,7 @@ from guardpolicy.training.datasets import (
     resolve_anchor_count,
     validation_examples,
 )
+from guardpolicy.training.runs import recipe_fields
 
 PARAMS = REPO_ROOT / "params.yaml"
 TAXONOMY = load_taxonomy(REPO_ROOT / "data" / "taxonomy.yaml")
@@ -245,12 +248,28 @@ def test_committed_plan_is_current() -> None:
 
 def test_recipe_fields_follow_branch_then_profile() -> None:
     params = load_params(PARAMS)
-    e1 = registry.recipe_fields(
-        params, scale="small", seed=42, trainable="heads", epochs=2, learning_rate=1e-3, distill_alpha=None
+    small, large = params.active.small_encoder, params.active.large_encoder
+    e1 = recipe_fields(
+        params.active,
+        params.training,
+        small,
+        seed=42,
+        trainable="heads",
+        epochs=2,
+        learning_rate=1e-3,
+        distill_alpha=None,
     )
     assert (e1["epochs"], e1["learning_rate"], e1["trainable"]) == (2, 1e-3, "heads")
-    e2 = registry.recipe_fields(
-        params, scale="large", seed=7, trainable="full", epochs=None, learning_rate=None, distill_alpha=0.5
+    assert e1["frozen_layers"] == small.frozen_layers
+    e2 = recipe_fields(
+        params.active,
+        params.training,
+        large,
+        seed=7,
+        trainable="full",
+        epochs=None,
+        learning_rate=None,
+        distill_alpha=0.5,
     )
     assert (e2["epochs"], e2["learning_rate"], e2["seed"]) == (
         params.active.epochs,
@@ -262,7 +281,9 @@ def test_recipe_fields_follow_branch_then_profile() -> None:
         "pillars": 0.5,
         "span": 0.5,
     }
-    assert registry.branch_alpha(params, "E2") == 0.5 and registry.branch_alpha(params, "E1") is None
+    default = params.training.distill_alpha
+    assert params.branches["E2"].distill_alpha(default) == 0.5
+    assert params.branches["E1"].distill_alpha(default) is None
 
 
 # ----------------------------------------------------------------------------------------------- datasets

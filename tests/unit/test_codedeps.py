@@ -8,10 +8,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers.paths import REPO_ROOT
 
 from guardpolicy.devtools.codedeps import (
     DVC_FILES,
+    StageCode,
     check,
     compress,
     declared_stages,
@@ -165,3 +167,90 @@ def test_rewrite_keeps_every_other_line(dvc_file: str) -> None:
     text = (REPO_ROOT / dvc_file).read_text(encoding="utf-8")
     for stage in declared_stages(REPO_ROOT, [dvc_file]):
         assert rewrite_code_deps(text, stage.stage, compress(REPO_ROOT, stage_deps(REPO_ROOT, stage))) == text
+
+
+# ------------------------------------------------------------------------- params schemas in the code deps
+
+CONFIG = "src/guardpolicy/config"
+# Schema modules no section is defined in, and the sections whose schema they are part of.
+SHARED_SCHEMAS = {
+    f"{CONFIG}/encoders.py": {"profile", "profiles"},  # an encoder entry of a profile
+    f"{CONFIG}/runs.py": {"teachers", "anchor_sets", "branches"},  # the vocabulary of a training run
+}
+# Stages that import a schema module without reading its sections, and why.
+SHARED_SCHEMA_USERS = {
+    # guardpolicy.modeling builds and loads every backbone from an EncoderConfig (a checkpoint's config.json
+    # keeps it), so loading an encoder classifier through it imports that class.
+    (f"{CONFIG}/encoders.py", "baseline"),
+}
+
+
+def _schema_sections() -> dict[str, set[str]]:
+    """Each schema module of guardpolicy.config -> the params.yaml sections it defines (its `Section`s)."""
+    import importlib
+
+    from guardpolicy.config.core import Section
+
+    sections = dict(SHARED_SCHEMAS)
+    for path in sorted((REPO_ROOT / CONFIG).glob("*.py")):
+        if path.stem in ("__init__", "core", "params") or f"{CONFIG}/{path.name}" in SHARED_SCHEMAS:
+            continue
+        module = importlib.import_module(f"guardpolicy.config.{path.stem}")
+        sections[f"{CONFIG}/{path.name}"] = {v.key for v in vars(module).values() if isinstance(v, Section)}
+    return sections
+
+
+def _declared_sections(stage: StageCode) -> set[str]:
+    """The top-level params.yaml sections a stage's `params:` deps read (``profiles.${profile}.seed`` ->
+    ``profiles``); keys of other params files (``data/benchmarks.yaml: [...]``) are not params.yaml's."""
+    document = yaml.safe_load((REPO_ROOT / stage.dvc_file).read_text(encoding="utf-8"))
+    body = document["stages"][stage.stage]
+    body = body.get("do", body)
+    return {p.split(".")[0] for p in body.get("params") or [] if isinstance(p, str)}
+
+
+def test_every_section_schema_module_defines_sections() -> None:
+    from guardpolicy.config.params import SECTIONS
+
+    sections = _schema_sections()
+    assert all(sections.values()), sections
+    # Each section is defined in exactly one module (the shared schemas define none of their own).
+    every = [key for module, keys in sections.items() if module not in SHARED_SCHEMAS for key in keys]
+
+    assert sorted(every) == sorted({*every}) and set(every) == {s.key for s in SECTIONS}
+
+
+def test_a_stage_depends_on_a_section_schema_exactly_when_it_reads_that_section() -> None:
+    """Adding a key to one section's schema reruns only the stages that read that section: the stages whose
+    code deps hold a schema module are the stages whose `params:` deps read one of its sections, and each
+    stage's schema modules cover every section it declares (no stage imports the whole-file `Params`)."""
+    sections = _schema_sections()
+    problems = []
+    for stage in declared_stages(REPO_ROOT):
+        deps = stage_deps(REPO_ROOT, stage)
+        declared = _declared_sections(stage)
+        assert f"{CONFIG}/params.py" not in deps, stage.stage
+        imported: set[str] = set()
+        for module, defined in sections.items():
+            if module not in deps:
+                continue
+            imported |= defined
+            if not defined & declared and (module, stage.stage) not in SHARED_SCHEMA_USERS:
+                problems.append(f"{stage.stage} imports {module} but reads none of {sorted(defined)}")
+        for section in sorted(declared - imported):
+            problems.append(f"{stage.stage} reads params `{section}` without importing its schema")
+    assert not problems, "\n".join(problems)
+
+
+def test_unrelated_stages_do_not_import_a_section_schema() -> None:
+    """Spot checks of the property above, by name."""
+    by_stage = {s.stage: stage_deps(REPO_ROOT, s) for s in declared_stages(REPO_ROOT)}
+    for stage in ("train", "teacher", "pool", "label", "backbone", "evaluate", "fetch"):
+        assert f"{CONFIG}/baselines.py" not in by_stage[stage], stage
+    for stage in ("fetch", "validate_benchmarks", "benchmarks_report", "label", "audit", "fingerprint"):
+        assert f"{CONFIG}/profiles.py" not in by_stage[stage], stage
+    assert (
+        f"{CONFIG}/teachers.py" not in by_stage["train"]
+        and f"{CONFIG}/branches.py" not in by_stage["teacher"]
+    )
+    assert {f"{CONFIG}/branches.py", f"{CONFIG}/teachers.py"}.isdisjoint(by_stage["evaluate"])

@@ -21,7 +21,7 @@ from guardpolicy.analysis.headline import headline_table
 from guardpolicy.analysis.matrices import DatasetMatrix
 from guardpolicy.analysis.scores import compute_draws, model_frame, scores_table
 from guardpolicy.analysis.targets import evaluate_targets, study_comparison
-from guardpolicy.config import TargetsConfig
+from guardpolicy.config.analysis import TargetsConfig
 
 MODELS = ("small-E1", "small-E2", "teacher-policy_b")
 PLAN = {

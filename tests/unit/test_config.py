@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,12 @@ import yaml
 from helpers.benchmarks import EXPECTED_ROWS, real_registry, write_params
 from helpers.paths import REPO_ROOT
 
-from guardpolicy.config import Params, ProfileConfig, load_params
+from guardpolicy.config.baselines import BASELINES
+from guardpolicy.config.core import ParamsFile, load_section
+from guardpolicy.config.params import SECTIONS, Params, load_params
+from guardpolicy.config.pool import POOL
+from guardpolicy.config.profiles import PROFILES as PROFILES_SECTION
+from guardpolicy.config.profiles import ProfileConfig, active_profile
 from guardpolicy.data.registry import load_registry, parse_registry
 from guardpolicy.errors import ConfigError
 
@@ -47,12 +54,14 @@ def test_real_params_validate() -> None:
     assert isinstance(params.data.download_timeout_s, float)
     for name, profile in params.profiles.items():
         assert isinstance(profile, ProfileConfig), name
-        assert profile.seeds and all(isinstance(s, int) for s in profile.seeds)
+        # One main seed per profile; the noise floor's further seeds are noise_floor.seeds.
+        assert profile.seed == 42
         assert isinstance(profile.learning_rate, float)
-    assert params.profiles["paper"].seeds == (42, 43, 44)
-    assert params.profiles["default"].student.num_layers == 3
-    assert params.profiles["smoke"].teacher.random_init is True
-    assert params.profiles["smoke"].teacher.config_overrides["hidden_size"] == 32
+    assert params.noise_floor.seeds == (43, 44)
+    assert params.scales == {"small": "small_encoder", "large": "large_encoder"}
+    assert params.profiles["default"].small_encoder.num_layers == 3
+    assert params.profiles["smoke"].large_encoder.random_init is True
+    assert params.profiles["smoke"].large_encoder.config_overrides["hidden_size"] == 32
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -67,7 +76,7 @@ def test_each_profile_can_be_selected(tmp_path: Path, profile: str) -> None:
 def test_paper_profile_pins_hub_revisions(tmp_path: Path) -> None:
     paper = _load_mutated(tmp_path, lambda d: d.update(profile="paper")).active
     assert paper.precision == "bf16"
-    for encoder in (paper.teacher, paper.student):
+    for encoder in (paper.large_encoder, paper.small_encoder):
         assert encoder.name.startswith("answerdotai/")
         assert encoder.revision is not None and re.fullmatch(r"[0-9a-f]{40}", encoder.revision)
 
@@ -79,8 +88,8 @@ def test_paper_profile_pins_hub_revisions(tmp_path: Path) -> None:
         (lambda d: d["data"].update(mirrordir="x"), "params.yaml.data:", "mirrordir"),
         (lambda d: d["profiles"]["smoke"].update(lr=0.1), "params.yaml.profiles.smoke:", "lr"),
         (
-            lambda d: d["profiles"]["paper"]["teacher"].update(rev="x"),
-            "params.yaml.profiles.paper.teacher:",
+            lambda d: d["profiles"]["paper"]["large_encoder"].update(rev="x"),
+            "params.yaml.profiles.paper.large_encoder:",
             "rev",
         ),
     ],
@@ -120,25 +129,25 @@ def test_unknown_key_is_rejected(tmp_path: Path, mutate: Callable, where: str, k
             "profiles.default.learning_rate",
             "number",
         ),
+        (lambda d: d["profiles"]["paper"].update(seed="43"), "profiles.paper.seed", "got str '43'"),
         (
-            lambda d: d["profiles"]["paper"].update(seeds=[42, "43"]),
-            "profiles.paper.seeds[1]",
-            "got str '43'",
+            lambda d: d["profiles"]["paper"].update(seed=[42]),
+            "profiles.paper.seed",
+            "expected an integer, got list",
         ),
-        (lambda d: d["profiles"]["paper"].update(seeds=42), "profiles.paper.seeds", "expected a list"),
         (
             lambda d: d["profiles"]["paper"].update(precision="fp16"),
             "profiles.paper.precision",
             "must be one of",
         ),
         (
-            lambda d: d["profiles"]["smoke"]["teacher"].update(random_init="yes"),
-            "smoke.teacher.random_init",
+            lambda d: d["profiles"]["smoke"]["large_encoder"].update(random_init="yes"),
+            "smoke.large_encoder.random_init",
             "true",
         ),
         (
-            lambda d: d["profiles"]["default"]["student"].update(num_layers=True),
-            "student.num_layers",
+            lambda d: d["profiles"]["default"]["small_encoder"].update(num_layers=True),
+            "small_encoder.num_layers",
             "got bool",
         ),
         (lambda d: d.update(data=["x"]), "params.yaml.data", "expected a mapping"),
@@ -161,8 +170,8 @@ def test_unknown_key_is_rejected(tmp_path: Path, mutate: Callable, where: str, k
         "str-for-float",
         "bool-for-float",
         "str-for-lr",
-        "str-in-seeds",
-        "int-for-list",
+        "str-for-seed",
+        "list-for-seed",
         "bad-literal",
         "str-for-bool",
         "bool-for-optional-int",
@@ -190,10 +199,10 @@ def test_unknown_profile_is_rejected(tmp_path: Path) -> None:
 @pytest.mark.parametrize("revision", [None, "main", "45bb4654", "45BB4654A4D5AAFF24DD11D4781FA46D39BF8C13"])
 def test_hub_encoder_needs_a_pinned_revision(tmp_path: Path, revision: str | None) -> None:
     def mutate(d: dict[str, Any]) -> None:
-        teacher = d["profiles"]["paper"]["teacher"]
-        teacher.pop("revision")
+        encoder = d["profiles"]["paper"]["large_encoder"]
+        encoder.pop("revision")
         if revision is not None:
-            teacher["revision"] = revision
+            encoder["revision"] = revision
 
     with pytest.raises(ConfigError, match=r"answerdotai/ModernBERT-large.*40-hex commit"):
         _load_mutated(tmp_path, mutate)
@@ -202,18 +211,20 @@ def test_hub_encoder_needs_a_pinned_revision(tmp_path: Path, revision: str | Non
 def test_random_init_hub_encoder_needs_no_revision() -> None:
     # The smoke profile builds hub architectures from config with random weights: no download, no pin needed.
     smoke = load_params(PARAMS).profiles["smoke"]
-    assert smoke.teacher.revision is None and smoke.teacher.random_init
+    assert smoke.large_encoder.revision is None and smoke.large_encoder.random_init
 
 
 @pytest.mark.parametrize(
     ("mutate", "match"),
     [
         (lambda d: d["profiles"]["smoke"].update(pool_size=0), "pool_size must be positive"),
-        (lambda d: d["profiles"]["smoke"].update(seeds=[]), "at least one seed"),
         (lambda d: d["profiles"]["smoke"].update(learning_rate=0), "learning_rate must be positive"),
-        (lambda d: d["profiles"]["default"]["student"].update(num_layers=0), "num_layers must be positive"),
+        (
+            lambda d: d["profiles"]["default"]["small_encoder"].update(num_layers=0),
+            "num_layers must be positive",
+        ),
     ],
-    ids=["pool_size", "seeds", "learning_rate", "num_layers"],
+    ids=["pool_size", "learning_rate", "num_layers"],
 )
 def test_out_of_range_values_are_rejected(tmp_path: Path, mutate: Callable, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -222,8 +233,8 @@ def test_out_of_range_values_are_rejected(tmp_path: Path, mutate: Callable, matc
 
 def test_post_init_errors_name_the_key_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        _load_mutated(tmp_path, lambda d: d["profiles"]["paper"]["teacher"].pop("revision"))
-    assert "profiles.paper.teacher" in str(info.value)
+        _load_mutated(tmp_path, lambda d: d["profiles"]["paper"]["large_encoder"].pop("revision"))
+    assert "profiles.paper.large_encoder" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -242,6 +253,164 @@ def test_unreadable_params_file(tmp_path: Path, text: str | None, match: str) ->
     with pytest.raises(ConfigError, match=match) as info:
         load_params(path)
     assert str(path) in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------ section loaders
+
+
+def _write_mutated(tmp_path: Path, mutate: Callable[[dict[str, Any]], Any]) -> Path:
+    data = _real_params()
+    mutate(data)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_params_has_one_field_per_section() -> None:
+    fields = Params.__dataclass_fields__
+    assert [section.key for section in SECTIONS] == list(fields)
+    assert list(_real_params()) == list(fields)  # params.yaml lists every section, in this order
+    for section in SECTIONS:
+        assert (section.default is None) == (fields[section.key].default_factory is dataclasses.MISSING), (
+            section.key
+        )
+
+
+@pytest.mark.parametrize("section", SECTIONS, ids=[s.key for s in SECTIONS])
+def test_each_section_loader_agrees_with_the_whole_file(section: Any) -> None:
+    assert load_section(PARAMS, section) == getattr(load_params(PARAMS), section.key)
+
+
+def test_an_absent_optional_section_takes_its_default_and_a_required_one_is_named(tmp_path: Path) -> None:
+    path = _write_mutated(tmp_path, lambda d: [d.pop("pool"), d.pop("profiles")])
+    assert load_section(path, POOL) == POOL.default()
+    with pytest.raises(ConfigError, match=r"params\.yaml\.profiles: required key is missing"):
+        load_section(path, PROFILES_SECTION)
+
+
+def test_a_section_loader_is_strict_inside_its_section(tmp_path: Path) -> None:
+    path = _write_mutated(tmp_path, lambda d: d["baselines"].update(guards={"x": {"foo": 1}}))
+    with pytest.raises(ConfigError) as info:
+        load_section(path, BASELINES)
+    assert str(info.value).startswith(f"{path}.baselines.guards.x: unknown key(s) ['foo']")
+    with pytest.raises(ConfigError, match=r"params\.yaml\.pool\.seed: expected an integer"):
+        load_section(_write_mutated(tmp_path, lambda d: d["pool"].update(seed="13")), POOL)
+
+
+def test_a_typo_in_one_section_stops_only_its_readers_and_the_whole_file_check(tmp_path: Path) -> None:
+    """A stage's loader parses only the sections it reads: an unknown key in `baselines` (or an unknown
+    top-level key) does not stop a reader of `pool` or of the profile. The whole-file check (`load_params`:
+    `guardpolicy params`, `guardpolicy plan`, and the preconditions every stage runs under DVC,
+    guardpolicy.dvcdeps and guardpolicy.preconditions) still rejects it, naming the full key path."""
+    path = _write_mutated(
+        tmp_path, lambda d: [d["baselines"]["guards"].update(x={"foo": 1}), d.update(colour="blue")]
+    )
+    params = ParamsFile.read(path)
+    assert params.load(POOL) == load_params(PARAMS).pool
+    assert active_profile(params) == ("default", load_params(PARAMS).active)
+    with pytest.raises(ConfigError, match=r"baselines\.guards\.x: unknown key\(s\) \['foo'\]"):
+        params.load(BASELINES)
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['colour'\]"):
+        load_params(path)
+    del_colour = _write_mutated(tmp_path, lambda d: d["baselines"]["guards"].update(x={"foo": 1}))
+    with pytest.raises(ConfigError, match=r"params\.yaml\.baselines\.guards\.x: unknown key\(s\) \['foo'\]"):
+        load_params(del_colour)
+
+
+def test_active_profile_names_an_unknown_profile(tmp_path: Path) -> None:
+    path = _write_mutated(tmp_path, lambda d: d.update(profile="nope"))
+    with pytest.raises(ConfigError) as info:
+        active_profile(ParamsFile.read(path))
+    assert str(info.value) == (
+        f"{path}: profile: 'nope' is not one of the defined profiles ['default', 'paper', 'smoke']"
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("data", "min_present_benchmarks"),
+        ("agreement", "binary_band"),
+        ("noise_floor", "branches"),
+        ("noise_floor", "scales"),
+        ("analysis", "rank_direction"),
+        ("profiles.default", "truncation"),
+        ("profiles.default", "truncation_head_tokens"),
+        ("profiles.default", "speed_probe_samples"),
+    ],
+)
+def test_keys_whose_default_disagreed_with_params_yaml_are_required(
+    tmp_path: Path, section: str, key: str
+) -> None:
+    def drop(d: dict[str, Any]) -> None:
+        entry = d
+        for part in section.split("."):
+            entry = entry[part]
+        entry.pop(key)
+
+    with pytest.raises(
+        ConfigError, match=rf"params\.yaml\.{re.escape(section)}\.{key}: required key is missing"
+    ):
+        _load_mutated(tmp_path, drop)
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, recursively: how params.yaml spells them."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _defaults_against(cls: Any, value: Any, where: str) -> list[str]:
+    """Every field of `cls` (and of its nested sections, not of named entries) with a default that differs
+    from the value `value` (params.yaml's) gives it."""
+    found = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not isinstance(value, dict) or f.name not in value:
+            continue
+        given = value[f.name]
+        if dataclasses.is_dataclass(hints[f.name]):
+            # A nested section (audit.normalise, analysis.load) has a default; a required one is an entry of
+            # its own (an encoder entry of a profile), whose optional settings are not defaults.
+            if f.default_factory is not dataclasses.MISSING:
+                found += _defaults_against(hints[f.name], given, f"{where}.{f.name}")
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            continue
+        default = _plain(default)
+        if dataclasses.is_dataclass(default) or (isinstance(default, dict) and not default):
+            continue  # a nested section (walked above) or a registry of named entries (none by default)
+        if default != given:
+            found.append(f"{where}.{f.name}: default {default!r}, params.yaml {given!r}")
+    return found
+
+
+def test_no_dataclass_default_disagrees_with_params_yaml() -> None:
+    """Defaults live in one place: a setting params.yaml gives has either no dataclass default or the same
+    one. (Named entries - profiles, policies, branches, ... - and their optional settings are not
+    defaults.)"""
+    data = _real_params()
+    found = []
+    for section in SECTIONS:
+        schema = section.schema
+        if dataclasses.is_dataclass(schema):
+            found += _defaults_against(schema, data[section.key], section.key)
+        elif typing.get_origin(schema) is dict and dataclasses.is_dataclass(typing.get_args(schema)[1]):
+            entry_type = typing.get_args(schema)[1]
+            for name, entry in data[section.key].items():
+                # Only an entry's settings that every entry gives are defaults that could disagree.
+                shared = set.intersection(*(set(e) for e in data[section.key].values()))
+                found += _defaults_against(
+                    entry_type, {k: v for k, v in entry.items() if k in shared}, f"{section.key}.{name}"
+                )
+    assert not found, "\n".join(found)
 
 
 # ---------------------------------------------------------------------------------------------- registry

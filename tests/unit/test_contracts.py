@@ -253,7 +253,7 @@ def test_derived_names_match_the_taxonomy_and_params_shapes() -> None:
 def test_numeric_columns_follow_from_the_dtypes() -> None:
     """A CSV table's number columns (what the report formats as numbers) are derived, never listed."""
     assert FINGERPRINT.numeric() == ("n", "agree", "agreement", "ci_low", "ci_high", "agreement_bu")
-    from guardpolicy.stages.report import TABLES
+    from guardpolicy.reporting.tables import TABLES
 
     columns, numeric = TABLES["fingerprint"]
     assert set(columns) <= set(FINGERPRINT.names())

@@ -16,7 +16,7 @@ import yaml
 from helpers.paths import REPO_ROOT
 from helpers.pool import declare_user_source
 
-from guardpolicy.config import load_params
+from guardpolicy.config.params import load_params
 from guardpolicy.dvcdeps import (
     NAMED_INPUTS,
     USER_DATA_DIR,

@@ -17,7 +17,7 @@ from helpers.benchmarks import real_registry, registry_with, write_params
 from helpers.paths import REPO_ROOT
 
 from guardpolicy.analysis.fingerprint import _wilson, agreement_row, fingerprint_report, fingerprint_table
-from guardpolicy.config import PolicyParams
+from guardpolicy.config.policies import PolicyParams
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.labeling import load_policy, make_labeler

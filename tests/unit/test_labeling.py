@@ -19,7 +19,7 @@ from helpers.benchmarks import write_params
 from helpers.layout import repo_layout, stage_env
 from helpers.paths import REPO_ROOT
 
-from guardpolicy.config import ImportLabelerConfig, PolicyParams
+from guardpolicy.config.policies import ImportLabelerConfig, PolicyParams
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.labeling import label_table, labeler_config, load_policy, make_labeler, policy_version
 from guardpolicy.labeling.base import label_schema

@@ -17,7 +17,7 @@ from guardpolicy.analysis.ranks import rank_chance
 from guardpolicy.analysis.scores import DrawStore, MetricDraws, model_frame
 from guardpolicy.analysis.sensitivity import PolicyFingerprint, compute_spans, fingerprint_load
 from guardpolicy.analysis.span_tables import noise_floor_table, span_scale_table, span_table
-from guardpolicy.config import LoadConfig
+from guardpolicy.config.analysis import LoadConfig
 from guardpolicy.errors import InputError
 
 # d2 of the control-chart tables (independent of the code under test).

@@ -24,9 +24,9 @@ import pandas as pd
 from guardpolicy.analysis.matrices import DatasetMatrix
 from guardpolicy.analysis.scores import DrawStore, model_identity
 from guardpolicy.analysis.stats import percentile_interval
-from guardpolicy.config import TargetsConfig
+from guardpolicy.config.analysis import TargetsConfig
 from guardpolicy.metrics import cap, over_ref
-from guardpolicy.training.branches import teacher_name
+from guardpolicy.training.names import teacher_name
 
 COMPETENCE_COLUMNS = (
     "model",

@@ -30,7 +30,7 @@ import pandas as pd
 from guardpolicy.analysis.matrices import BENIGN, HARMFUL, MAPPINGS, MIXED, SPLIT, SUBSETS
 from guardpolicy.analysis.scores import DrawStore, MetricDraws
 from guardpolicy.analysis.stats import percentile_interval, range_ratio
-from guardpolicy.config import LoadConfig
+from guardpolicy.config.analysis import LoadConfig
 from guardpolicy.errors import ConfigError
 
 log = logging.getLogger(__name__)

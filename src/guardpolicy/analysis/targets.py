@@ -26,7 +26,7 @@ from guardpolicy.analysis.sensitivity import (
 )
 from guardpolicy.analysis.span_tables import COMPETENCE
 from guardpolicy.analysis.stats import EXTREME_BOTTOM, EXTREME_TOP
-from guardpolicy.config import TargetsConfig
+from guardpolicy.config.analysis import TargetsConfig
 
 MET, NOT_MET, NOT_MEASURED = "met", "not met", "not measured"
 # The study's findings (seed 000, ModernBERT), as issue 14 quotes them.

@@ -34,7 +34,7 @@ from guardpolicy.audit.overlap import (
     summarise_matches,
 )
 from guardpolicy.audit.splits import SPLITS
-from guardpolicy.config import AuditConfig
+from guardpolicy.config.audit import AuditConfig
 from guardpolicy.contracts import POOL, SPLIT
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from guardpolicy.audit.overlap import OverlapIndex, PreparedTexts, prepare_texts
-from guardpolicy.config import NearDuplicateConfig, NormaliseConfig
+from guardpolicy.config.audit import NearDuplicateConfig, NormaliseConfig
 
 log = logging.getLogger(__name__)
 

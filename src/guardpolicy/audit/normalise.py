@@ -14,7 +14,7 @@ import unicodedata
 
 import pandas as pd
 
-from guardpolicy.config import NormaliseConfig
+from guardpolicy.config.audit import NormaliseConfig
 
 
 @functools.cache

@@ -30,7 +30,7 @@ from datasketch import LeanMinHash, MinHash, MinHashLSH
 from tqdm import tqdm
 
 from guardpolicy.audit.normalise import normalise_text
-from guardpolicy.config import NearDuplicateConfig, NormaliseConfig
+from guardpolicy.config.audit import NearDuplicateConfig, NormaliseConfig
 
 PAIR_COLUMNS = ("query_id", "corpus_id", "similarity", "exact")
 # Probability that MinHashLSH proposes a pair whose true Jaccard equals the threshold (higher is found more

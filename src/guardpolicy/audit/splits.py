@@ -40,7 +40,7 @@ from fractions import Fraction
 import pandas as pd
 
 from guardpolicy.audit.groups import GROUP_COLUMN
-from guardpolicy.config import SplitConfig
+from guardpolicy.config.audit import SplitConfig
 from guardpolicy.contracts import SPLIT
 
 SPLITS = ("train", "val", "calib")

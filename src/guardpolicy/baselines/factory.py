@@ -12,7 +12,7 @@ from guardpolicy.baselines.backends.local import LoadPolicy
 from guardpolicy.baselines.backends.server import OpenAIServerBackend
 from guardpolicy.baselines.base import Backend
 from guardpolicy.baselines.registry import REGISTRY_FILE, GuardSpec, require_pinned
-from guardpolicy.config import BaselineGuardConfig
+from guardpolicy.config.baselines import BaselineGuardConfig
 from guardpolicy.errors import ConfigError
 
 

@@ -2,10 +2,10 @@
 
 Each entry names the hub model and its pinned revision, the adapter family that reads its answers (with the
 family's options), the default binary mapping and the bf16 GPU memory it needs, and whether its weights may
-be pickle (`allow_pickle`) and its own code may run (`trust_remote_code`); both default to false. Parsed with
-`guardpolicy.config.from_mapping` (unknown keys and wrong types raise ConfigError with the key path), then
-cross-checked here (a revision is 40 hex digits; options belong to the entry's family), so a typo fails
-before any model is loaded. `build_adapter` turns an entry into its `GuardAdapter`.
+be pickle (`allow_pickle`) and its own code may run (`trust_remote_code`); both default to false. Parsed
+with `guardpolicy.config.core.from_mapping` (unknown keys and wrong types raise ConfigError with the key
+path), then cross-checked here (a revision is 40 hex digits; options belong to the entry's family), so a
+typo fails before any model is loaded. `build_adapter` turns an entry into its `GuardAdapter`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from guardpolicy.baselines.adapters import (
     Qwen3GuardAdapter,
 )
 from guardpolicy.baselines.base import GuardAdapter
-from guardpolicy.config import BaselineGuardConfig, Params, from_mapping, load_yaml
+from guardpolicy.config.baselines import BaselineGuardConfig, BaselinesConfig
+from guardpolicy.config.core import from_mapping, load_yaml
 from guardpolicy.errors import ConfigError
 from guardpolicy.layout import relative_path
 
@@ -122,9 +123,9 @@ def load_baseline_registry(path: str | Path = REGISTRY_FILE) -> dict[str, GuardS
     return parse_registry(load_yaml(path), where=str(path))
 
 
-def guard_config(params: Params, guard: str, params_file: str | Path) -> BaselineGuardConfig:
+def guard_config(baselines: BaselinesConfig, guard: str, params_file: str | Path) -> BaselineGuardConfig:
     """The run settings of `guard` in params `baselines.guards`, or ConfigError naming the configured ones."""
-    guards = params.baselines.guards
+    guards = baselines.guards
     if guard not in guards:
         raise ConfigError(
             f"{params_file}: baselines.guards: no guard {guard!r}; configured: {sorted(guards) or 'none'}"

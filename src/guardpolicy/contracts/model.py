@@ -42,7 +42,8 @@ DTYPES: Mapping[str, pa.DataType] = {
     "list<string>": pa.list_(pa.string()),
     "list<float32>": pa.list_(pa.float32()),
 }
-# Numbers: what a report formats as one (the report's `TABLES` pairs a CSV's columns with these).
+# Numbers: what a report formats as one (guardpolicy.reporting.tables' `TABLES` pairs a CSV's columns with
+# these).
 NUMERIC: frozenset[str] = frozenset({"int64", "float32", "float64"})
 # Members of a family: their names in order, or name -> dtype when the family allows several dtypes.
 Members = Sequence[str] | Mapping[str, str]

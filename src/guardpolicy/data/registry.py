@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from guardpolicy.config import from_mapping, load_yaml
+from guardpolicy.config.core import from_mapping, load_yaml
 from guardpolicy.errors import ConfigError
 
 FileFormat = Literal["csv", "json", "jsonl", "parquet", "lines"]

@@ -37,6 +37,9 @@ IGNORED: Mapping[str, str] = {
     "guardpolicy/errors.py": "exception classes: an error's wording never reaches an output",
     "guardpolicy/dvcdeps.py": "a precondition check (runner): it refuses to start a stage whose named input "
     "files are not declared deps, and never changes what a stage writes",
+    "guardpolicy/preconditions.py": "checks that refuse to start a stage (params valid as a whole, the "
+    f"training sections' cross-references, {relative_path('plan')} current with params) and never change "
+    "what it writes: the plan file is itself a declared dep, and so are the params the stage reads",
     "guardpolicy/py.typed": "a marker file",
 }
 # Stages whose outputs an otherwise ignored module does produce.

@@ -135,7 +135,7 @@ def reduce_study(params: dict[str, Any]) -> dict[str, Any]:
     backbone (so features@small-E2 runs too). No noise-floor seeds: the whole DAG (make test-e2e) has them.
     """
     params = yaml.safe_load(yaml.safe_dump(params))  # a deep copy
-    params["scales"] = {"small": "student"}
+    params["scales"] = {"small": "small_encoder"}
     params["teachers"] = {"policy_a": {"scale": "small", "train_set": "train", "trainable": "full"}}
     branches = params["branches"]
     mix = {key: value for key, value in branches["E2"].items() if key not in ("teacher", "alpha")}

@@ -34,7 +34,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from guardpolicy.config import EncoderConfig, load_params, load_yaml
+from guardpolicy.config.core import load_yaml
+from guardpolicy.config.encoders import EncoderConfig
+from guardpolicy.config.params import load_params
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import write_text
 from guardpolicy.layout import Layout, relative_path

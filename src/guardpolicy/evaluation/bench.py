@@ -69,7 +69,7 @@ def bench_prompts(benchmarks_dir: str | Path, samples: int, seed: int) -> tuple[
 
 
 def _load_bench_model(model_dir: str | None, seed: int) -> tuple[Any, Any, str]:
-    from guardpolicy.config import EncoderConfig
+    from guardpolicy.config.encoders import EncoderConfig
     from guardpolicy.modeling.guard import GuardModel, load_guard
     from guardpolicy.taxonomy import COARSE_CLASSES
 

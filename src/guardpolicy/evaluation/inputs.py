@@ -1,22 +1,25 @@
 """What the evaluation stages (features@, evaluate@, baseline@) and prefix@ read: the present benchmarks, the
-evaluation items from their files, the evaluation max_length, a checkpoint and its cached prefix states.
+evaluation items from their files and a checkpoint.
 
 Reading only: every missing file is an InputError naming it and the stage that writes it. The items
-themselves are assembled from the frames by the pure `guardpolicy.evaluation.items`.
+themselves are assembled from the frames by the pure `guardpolicy.evaluation.items`. The stages take the
+policies and splits from params themselves (this module imports no params schema, so baseline@ and prefix@,
+which read other sections than features@ and evaluate@, share it); what only features@ and evaluate@ read
+(the active profile, the scales) is guardpolicy.evaluation.settings.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from guardpolicy.config import Params
 from guardpolicy.data.registry import load_registry
-from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.evaluation.items import SPLIT_PREFIX, benchmark_items, combine_items, split_items
+from guardpolicy.errors import InputError
+from guardpolicy.evaluation.items import benchmark_items, combine_items, split_items
 from guardpolicy.evaluation.metrics import ROLES
 from guardpolicy.io import read_json, read_parquet
 from guardpolicy.layout import Layout
@@ -42,7 +45,8 @@ def present_benchmarks(registry_file: str | Path, benchmarks_dir: str | Path) ->
 
 
 def load_items(
-    params: Params,
+    policies: Sequence[str],
+    splits: Sequence[str],
     registry_file: str | Path,
     benchmarks_dir: str | Path,
     clean_dir: str | Path,
@@ -50,8 +54,9 @@ def load_items(
     pool_file: str | Path,
     labels_dir: str | Path,
 ) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The evaluation items (sorted by dataset, id) and each scored benchmark's role."""
-    policies = list(params.policies)
+    """The evaluation items (sorted by dataset, id) with `policies`' gold labels, over the benchmarks and
+    `splits` (params `evaluation.splits`), and each scored benchmark's role."""
+    policies = list(policies)
     roles = present_benchmarks(registry_file, benchmarks_dir)
     frames = []
     for name in roles:
@@ -69,7 +74,7 @@ def load_items(
         hint = f"run `dvc repro label@{policy}` first"
         labels[policy] = read_parquet(path, hint, ["id", "coarse"]).set_index("id")["coarse"]
         files[policy] = str(path)
-    for split in params.evaluation.splits:
+    for split in splits:
         path = Path(splits_dir) / f"{split}.parquet"
         split_frame = read_parquet(path, "run `dvc repro audit` first", ["id"])
         frames.append(split_items(split, split_frame, prompts, labels, {**files, "split": str(path)}))
@@ -84,10 +89,13 @@ def load_items(
     return items, roles
 
 
-def evaluation_items(params: Params, layout: Layout) -> tuple[pd.DataFrame, dict[str, str]]:
+def evaluation_items(
+    policies: Sequence[str], splits: Sequence[str], layout: Layout
+) -> tuple[pd.DataFrame, dict[str, str]]:
     """`load_items` from the files at the layout's places."""
     return load_items(
-        params,
+        policies,
+        splits,
         layout.path("benchmark_registry"),
         layout.path("benchmarks"),
         layout.path("clean_benchmarks"),
@@ -97,10 +105,6 @@ def evaluation_items(params: Params, layout: Layout) -> tuple[pd.DataFrame, dict
     )
 
 
-def eval_max_length(params: Params) -> int:
-    return params.evaluation.max_length or params.active.max_length
-
-
 def load_checkpoint(model_dir: Path, stage: str) -> tuple[Any, Any]:
     """The guard and tokenizer of a checkpoint folder; a missing one names `stage`, which writes it."""
     from guardpolicy.modeling.guard import load_guard
@@ -108,20 +112,3 @@ def load_checkpoint(model_dir: Path, stage: str) -> tuple[Any, Any]:
     if not (model_dir / "config.json").is_file():
         raise InputError(model_dir, f"model checkpoint not found; run `dvc repro {stage}` first")
     return load_guard(model_dir)
-
-
-def prefix_rows(params: Params, scale: str, items: pd.DataFrame, layout: Layout) -> tuple[list, str]:
-    """The cached prefix states of every evaluation item at `scale` (split items are pool prompts)."""
-    from guardpolicy.training.prefix_cache import POOL_SET, cache_key, layout_prefix, prefix_stage
-
-    cache = layout_prefix(params, scale, layout)
-    if cache is None:
-        raise ConfigError(
-            f"the model was trained with frozen_layers > 0 but scale {scale!r}'s encoder entry freezes no "
-            "layers now; retrain it (`dvc repro`)"
-        )
-    keys = [
-        cache_key(POOL_SET if dataset.startswith(SPLIT_PREFIX) else dataset, item_id)
-        for dataset, item_id in zip(items["dataset"], items["id"], strict=True)
-    ]
-    return cache.tensors(keys, prefix_stage(scale)), str(cache.folder)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from guardpolicy.config import from_mapping, load_yaml
+from guardpolicy.config.core import from_mapping, load_yaml
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.labeling.base import LABELER_COLUMNS, is_missing
 from guardpolicy.layout import relative_path

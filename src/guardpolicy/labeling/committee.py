@@ -42,7 +42,7 @@ import pandas as pd
 import requests
 from tqdm import tqdm
 
-from guardpolicy.config import CommitteeConfig
+from guardpolicy.config.policies import CommitteeConfig
 from guardpolicy.errors import GuardpolicyError
 from guardpolicy.labeling.base import Decision, Labeler, PoolRow
 from guardpolicy.labeling.kappa import fleiss_kappa

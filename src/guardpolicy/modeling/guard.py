@@ -24,7 +24,8 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedConfig,
 from transformers.configuration_utils import SubConfigSpec
 from transformers.utils import ModelOutput
 
-from guardpolicy.config import PARAMS_FILE, EncoderConfig
+from guardpolicy.config.core import PARAMS_FILE
+from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.errors import InputError
 from guardpolicy.modeling.backbone import ENCODER_ENTRY, backbone_from_config, load_backbone
 from guardpolicy.modeling.weights import weight_files

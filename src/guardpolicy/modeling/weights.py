@@ -2,8 +2,8 @@
 
 A pickle checkpoint (``pytorch_model.bin``, ``*.pt``, ``*.ckpt``) is Python's pickle format, and unpickling a
 file can run any code its author put in it. safetensors holds tensors and nothing else. So every model the
-project loads - a backbone (params.yaml ``profiles.<profile>.<teacher|student>``), an open guard baseline
-(data/baselines.yaml ``guards.<name>``) - must come as safetensors, unless its entry says
+project loads - a backbone (params.yaml ``profiles.<profile>.<small_encoder|large_encoder>``), an open guard
+baseline (data/baselines.yaml ``guards.<name>``) - must come as safetensors, unless its entry says
 ``allow_pickle: true``; our own checkpoints are always safetensors and never take the flag.
 
 The same holds for code shipped with a model (``trust_remote_code``): transformers runs a hub repository's

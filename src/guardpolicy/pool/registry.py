@@ -3,8 +3,8 @@
 A source is public (pinned files in the benchmark mirror), generated (a declarative cell: templates x filler
 lists, or a composition of loaded prompts) or the user's own file. Each declares how to read its prompts and
 which *facts* and *pillars* (data/taxonomy.yaml) they carry, plus its sampling weight and cap. Everything is
-parsed with `guardpolicy.config.from_mapping` (unknown keys rejected) and checked against the taxonomy here,
-so a typo fails before the pool stage reads a byte.
+parsed with `guardpolicy.config.core.from_mapping` (unknown keys rejected) and checked against the taxonomy
+here, so a typo fails before the pool stage reads a byte.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from guardpolicy.config import from_mapping, load_yaml
+from guardpolicy.config.core import from_mapping, load_yaml
 from guardpolicy.data.registry import HFFile
 from guardpolicy.errors import ConfigError
 from guardpolicy.first_match import Clause, unreachable_rule

@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 
 from guardpolicy.analysis.agreement import agreement_report
-from guardpolicy.config import load_params
+from guardpolicy.config.agreement import AGREEMENT
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.policies import POLICIES
 from guardpolicy.errors import ConfigError
 from guardpolicy.io import atomic_path, read_parquet, write_json, write_text
 from guardpolicy.layout import Layout
@@ -22,13 +24,13 @@ def agreement(layout: Layout | None = None) -> dict:
     (paths from `layout`, default: this repository)."""
     layout = layout or Layout.discover()
     params_file = layout.relative("params")
-    params = load_params(layout.path("params"))
-    pair = params.agreement.pair
+    params = ParamsFile.read(layout.path("params"))
+    pair, policies = params.load(AGREEMENT).pair, params.load(POLICIES)
     for position, policy in enumerate(pair):
-        if policy not in params.policies:
+        if policy not in policies:
             raise ConfigError(
                 f"{params_file}: agreement.pair[{position}]: {policy!r} is not one of the policies "
-                f"{sorted(params.policies)}"
+                f"{sorted(policies)}"
             )
     taxonomy = load_taxonomy(layout.path("taxonomy"))
     pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first", ["id", "source"])

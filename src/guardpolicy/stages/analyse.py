@@ -1,9 +1,10 @@
 """Stage analyse: every evaluated model's predictions -> the study's statistics in reports/analysis/.
 
-Reads params `analysis`, the profile's `bootstrap_samples` and seeds (the main seed picks the branch models
-of the spans), `policies`, `evaluation.splits`, `branches` (to check `analysis.rank_sets`), the evaluation
-plan (data/models.yaml, checked against params), the benchmark registry (each benchmark's role from its label
-kind), reports/eval/<model>/predictions.parquet of every planned evaluation and, when given, the
+Reads params `analysis`, the profile's `bootstrap_samples` and `seed` (the main seed picks the branch models
+of the spans), `policies`, `evaluation.splits`, `branches` (to check `analysis.rank_sets`),
+`baselines.guards`, the evaluation plan (data/models.yaml, checked against params by
+guardpolicy.preconditions), the benchmark registry (each benchmark's role from its label kind),
+reports/eval/<model>/predictions.parquet of every planned evaluation and, when given, the
 fingerprint stage's reports/fingerprint.csv, reports/fingerprint.json (each benchmark's swing and the share
 each policy labels unsafe: the load grouping, the competence set, swing vs span) and
 reports/fingerprint_labels.parquet (every benchmark prompt's label under each policy: agreement with the VAL
@@ -23,6 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +78,20 @@ from guardpolicy.analysis.xstest import (
     pair_consistency,
     type_over_refusal,
 )
-from guardpolicy.config import Params, load_params
+from guardpolicy.config.analysis import ANALYSIS, AnalysisConfig
+from guardpolicy.config.baselines import BASELINES, BaselinesConfig
+from guardpolicy.config.branches import BRANCHES, BranchConfig
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.evaluation import EVALUATION, EvaluationConfig
+from guardpolicy.config.policies import POLICIES, PolicyParams
+from guardpolicy.config.profiles import ProfileConfig, active_profile
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_path, read_json, write_json
 from guardpolicy.layout import Layout
+from guardpolicy.preconditions import require_current_plan
 from guardpolicy.taxonomy import load_taxonomy
-from guardpolicy.training.branches import check_plan_document, main_seed
+from guardpolicy.training.names import read_plan_document
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +207,32 @@ def read_policy_labels(path: Path, policy: str, unsafe_classes: tuple[str, ...])
     )
 
 
-def check_analysis_params(params: Params, where: str) -> None:
+@dataclass(frozen=True)
+class AnalysisParams:
+    """The params sections stage analyse reads."""
+
+    analysis: AnalysisConfig
+    policies: dict[str, PolicyParams]
+    evaluation: EvaluationConfig
+    branches: dict[str, BranchConfig]
+    active: ProfileConfig
+    baselines: BaselinesConfig
+
+    @classmethod
+    def read(cls, path: str | Path) -> AnalysisParams:
+        params = ParamsFile.read(path)
+        _, profile = active_profile(params)
+        return cls(
+            params.load(ANALYSIS),
+            params.load(POLICIES),
+            params.load(EVALUATION),
+            params.load(BRANCHES),
+            profile,
+            params.load(BASELINES),
+        )
+
+
+def check_analysis_params(params: AnalysisParams, where: str) -> None:
     """Cross-references of params `analysis` one section cannot check alone (ConfigError naming the key)."""
     config = params.analysis
     if config.val_policy not in params.policies:
@@ -225,7 +259,7 @@ def check_analysis_params(params: Params, where: str) -> None:
         )
 
 
-def warn_unregistered(params: Params, registry: Mapping[str, Any], where: str) -> None:
+def warn_unregistered(params: AnalysisParams, registry: Mapping[str, Any], where: str) -> None:
     """Log each benchmark that params `analysis.rank_direction` / `analysis.targets` name but the registry
     lacks (a typo, or a trimmed registry): its rank test is then two-sided and its target not measured."""
     config = params.analysis
@@ -287,11 +321,12 @@ def analyse(
     layout = layout or Layout.discover()
     params_file = str(layout.path("params"))
     plan_file = str(layout.path("plan"))
-    params = load_params(params_file)
+    params = AnalysisParams.read(params_file)
     config = params.analysis
     check_analysis_params(params, params_file)
     if evaluations is None:
-        evaluations = check_plan_document(params, plan_file, params_file)["evaluations"]
+        require_current_plan(layout)
+        evaluations = read_plan_document(plan_file)["evaluations"]
         where = plan_file
     else:
         where = "evaluations"
@@ -345,7 +380,7 @@ def analyse(
         config.bootstrap_seed,
     )
     store = compute_draws(model_order, matrices, samples, config.bootstrap_seed)
-    seed = main_seed(params)
+    seed = params.active.seed
 
     scores = scores_table(store, models, config.confidence, config.wilson_max_n)
     spans = compute_spans(store, models, seed, config.load, config.primary_metric, swings)

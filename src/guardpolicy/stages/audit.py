@@ -24,7 +24,9 @@ from guardpolicy.audit.contamination import AUDIT_COLUMNS, audit_contamination, 
 from guardpolicy.audit.groups import GROUP_COLUMN, duplicate_groups, group_summary
 from guardpolicy.audit.overlap import prepare_texts
 from guardpolicy.audit.splits import SPLITS, assign_splits, coarse_column, strata_columns
-from guardpolicy.config import load_params
+from guardpolicy.config.audit import AUDIT
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.policies import POLICIES
 from guardpolicy.contracts import CLEAN_BENCHMARK, SPLIT, check_table, write_table
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
@@ -138,10 +140,10 @@ def audit(layout: Layout | None = None) -> dict:
         layout.path("clean_benchmarks"),
         layout.path("contamination"),
     )
-    params = load_params(layout.path("params"))
-    config = params.audit
-    policies = list(params.policies)
-    unknown = [policy for policy in config.splits.stratify_by if policy not in params.policies]
+    params = ParamsFile.read(layout.path("params"))
+    config = params.load(AUDIT)
+    policies = list(params.load(POLICIES))
+    unknown = [policy for policy in config.splits.stratify_by if policy not in policies]
     if unknown:
         raise ConfigError(
             f"{params_file}: audit.splits.stratify_by: unknown polic(ies) {unknown}; defined: {policies}"

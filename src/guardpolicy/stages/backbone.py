@@ -1,6 +1,7 @@
-"""backbone@<scale>: the scale's encoder (params `scales`: the profile's student/teacher) with fresh heads
-drawn with the main seed -> models/<scale>-pretrained, the starting folder of every run at that scale, with
-its MODEL_CARD.md and model_card.json (guardpolicy.training.cards)."""
+"""backbone@<scale>: the scale's encoder (params `scales`: one of the active profile's `small_encoder` /
+`large_encoder` entries) with fresh heads drawn with the profile's `seed` -> models/<scale>-pretrained, the
+starting folder of every run at that scale, with its MODEL_CARD.md and model_card.json
+(guardpolicy.training.cards). Reads params `profile`, `profiles.<profile>` and `scales` only."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import logging
 import time
 from typing import Any
 
-from guardpolicy.config import load_params
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.profiles import active_profile
+from guardpolicy.config.scales import SCALES, scale_encoder
 from guardpolicy.io import atomic_dir, sha256_file
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import load_taxonomy
-from guardpolicy.training import branches as registry
 from guardpolicy.training.card_files import backbone_block, library_versions, write_card
 from guardpolicy.training.cards import model_card
+from guardpolicy.training.names import PRETRAINED
 
 log = logging.getLogger(__name__)
 
@@ -28,20 +31,22 @@ def backbone(scale: str, layout: Layout | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     layout = layout or Layout.discover()
     params_file = str(layout.path("params"))  # named by refusals: the full path says which checkout
-    params = load_params(params_file)
-    encoder = registry.scale_encoder(params, scale, params_file)
+    params = ParamsFile.read(params_file)
+    profile_name, profile = active_profile(params)
+    scales = params.load(SCALES)
+    encoder = scale_encoder(profile, scales, scale, params_file)
     taxonomy = load_taxonomy(layout.path("taxonomy"))
-    seed = registry.main_seed(params)
-    log.info("backbone %s: %s (%s), heads seeded %d", scale, encoder.name, params.scales[scale], seed)
+    seed = profile.seed
+    log.info("backbone %s: %s (%s), heads seeded %d", scale, encoder.name, scales[scale], seed)
     model, tokenizer = GuardModel.from_backbone(
         encoder,
         seed=seed,
         coarse_names=list(taxonomy.coarse_classes),
         pillar_names=list(taxonomy.pillar_names),
-        entry=f"profiles.{params.profile}.{params.scales[scale]}",
+        entry=f"profiles.{profile_name}.{scales[scale]}",
         entry_file=params_file,
     )
-    out_dir = layout.path("model", model=f"{scale}-{registry.PRETRAINED}")
+    out_dir = layout.path("model", model=f"{scale}-{PRETRAINED}")
     parameters = count_parameters(model)
     # Read before the write block, whose OS errors are reported as failures to write out_dir.
     data_hashes = {layout.relative("taxonomy"): sha256_file(layout.path("taxonomy"))}
@@ -53,14 +58,14 @@ def backbone(scale: str, layout: Layout | None = None) -> dict[str, Any]:
             scale=scale,
             description=f"The {scale} scale's pretrained encoder with fresh heads (seed {seed}).",
             branch=None,
-            backbone=backbone_block(encoder, params.scales[scale], tmp),
+            backbone=backbone_block(encoder, scales[scale], tmp),
             parameters=parameters,
             examples=None,
             teacher=None,
-            init={"from": registry.PRETRAINED, "dir": encoder.name, "card": None},
+            init={"from": PRETRAINED, "dir": encoder.name, "card": None},
             data=data_hashes,
             seed=seed,
-            params={"scale": params.scales[scale], "encoder": dataclasses.asdict(encoder)},
+            params={"scale": scales[scale], "encoder": dataclasses.asdict(encoder)},
             recipe=None,
             training=None,
             environment={"versions": library_versions()},

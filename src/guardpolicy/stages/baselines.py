@@ -32,7 +32,10 @@ from guardpolicy.baselines.factory import build_backend
 from guardpolicy.baselines.metrics import baseline_metrics
 from guardpolicy.baselines.predictions import baseline_predictions_table, log_prompt_tokens, verdict_rows
 from guardpolicy.baselines.registry import build_adapter, guard_config, guard_spec
-from guardpolicy.config import load_params
+from guardpolicy.config.baselines import BASELINES
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.evaluation import EVALUATION
+from guardpolicy.config.policies import POLICIES
 from guardpolicy.contracts import BASELINE_PREDICTIONS, write_table
 from guardpolicy.evaluation.inputs import evaluation_items
 from guardpolicy.io import write_json
@@ -49,15 +52,15 @@ def baseline(guard: str, layout: Layout | None = None, device: str | None = None
     relative to its root). `device` overrides the backend's choice (e.g. cpu)."""
     layout = layout or Layout.discover()
     params_file = layout.relative("params")
-    params = load_params(layout.path("params"))
-    settings = params.baselines
-    config = guard_config(params, guard, params_file)
+    params = ParamsFile.read(layout.path("params"))
+    settings, evaluation = params.load(BASELINES), params.load(EVALUATION)
+    config = guard_config(settings, guard, params_file)
     registry_file = layout.resolve(settings.registry)
     spec = guard_spec(registry_file, guard)
     headline_mapping = config.mapping or spec.default_mapping
     taxonomy = load_taxonomy(layout.path("taxonomy"))
-    policies = list(params.policies)
-    items, roles = evaluation_items(params, layout)
+    policies = list(params.load(POLICIES))
+    items, roles = evaluation_items(policies, evaluation.splits, layout)
     items = items.sort_values(["dataset", "id"], kind="stable").reset_index(drop=True)
     relaxed_adapter, strict_adapter = build_adapter(spec, "relaxed"), build_adapter(spec, "strict")
     # The backend first: a refused model (pickle-only weights, say) stops the run before the cache opens.
@@ -107,7 +110,7 @@ def baseline(guard: str, layout: Layout | None = None, device: str | None = None
         table.to_pandas(),
         model_name=model_name,
         roles=roles,
-        splits=list(params.evaluation.splits),
+        splits=list(evaluation.splits),
         headline_mapping=headline_mapping,
     )
     metrics.update(

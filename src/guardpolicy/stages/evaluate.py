@@ -10,7 +10,9 @@ tail or both ends). Every predictions row records the prompt's token count befor
 and `truncated`, and the stage logs one line per dataset: "N of M prompts truncated to K tokens (head kept)".
 
 The items (guardpolicy.evaluation.inputs) are every fetched benchmark (status not `missing`) and every split
-in params `evaluation.splits`. Checks that data/models.yaml is current with params.yaml.
+in params `evaluation.splits`. Reads params `policies`, `evaluation`, `scales` and the active profile
+(guardpolicy.evaluation.settings), and first checks that data/models.yaml is current with params.yaml
+(guardpolicy.preconditions).
 """
 
 from __future__ import annotations
@@ -21,23 +23,19 @@ from typing import Any
 
 import numpy as np
 
-from guardpolicy.config import load_params
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.evaluation.features import check_features, read_features, tokenizer_sha256
-from guardpolicy.evaluation.inputs import (
-    eval_max_length,
-    evaluation_items,
-    load_checkpoint,
-    prefix_rows,
-)
+from guardpolicy.evaluation.inputs import evaluation_items, load_checkpoint
 from guardpolicy.evaluation.items import item_keys
 from guardpolicy.evaluation.metrics import model_metrics
+from guardpolicy.evaluation.settings import EvaluationParams, eval_max_length, prefix_rows
 from guardpolicy.io import read_json, write_json, write_parquet
 from guardpolicy.layout import Layout
+from guardpolicy.preconditions import require_current_plan
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
-from guardpolicy.training import branches as plan_registry
 from guardpolicy.training.cards import CARD_JSON, card_facts
+from guardpolicy.training.names import read_plan_document
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +55,10 @@ def evaluate(model: str, layout: Layout | None = None) -> dict[str, Any]:
     from guardpolicy.training.device import choose_device, configure_threads
 
     layout = layout or Layout.discover()
-    params_file, plan_file = layout.relative("params"), layout.relative("plan")
-    params = load_params(layout.path("params"))
-    evaluations = plan_registry.check_plan_document(params, layout.path("plan"), params_file)["evaluations"]
+    plan_file = layout.relative("plan")
+    params = EvaluationParams.read(layout.path("params"))
+    require_current_plan(layout)
+    evaluations = read_plan_document(layout.path("plan"))["evaluations"]
     if model not in evaluations:
         raise ConfigError(f"{plan_file}: evaluations: no model {model!r}; planned: {sorted(evaluations)}")
     entry = evaluations[model]
@@ -67,7 +66,7 @@ def evaluate(model: str, layout: Layout | None = None) -> dict[str, Any]:
     policies = list(params.policies)
     model_dir = layout.root / entry["model_dir"]
     head_only = str(entry["features"]).endswith(".npz")
-    items, roles = evaluation_items(params, layout)
+    items, roles = evaluation_items(params.policies, params.evaluation.splits, layout)
     max_length = eval_max_length(params)
     stage = f"teacher@{model.removeprefix('teacher-')}" if entry["kind"] == "teacher" else f"train@{model}"
     guard, tokenizer = load_checkpoint(model_dir, stage)

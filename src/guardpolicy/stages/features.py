@@ -5,7 +5,9 @@ initialised from it share.
 Reads at most `evaluation.max_length` tokens of a prompt (null: the profile's `max_length`), special tokens
 included, cut the way the model was trained to read prompts (its config's `truncation`). The items
 (guardpolicy.evaluation.inputs) are every fetched benchmark (status not `missing`) and every split in params
-`evaluation.splits`. Checks that data/models.yaml is current with params.yaml.
+`evaluation.splits`. Reads params `policies`, `evaluation`, `scales` and the active profile
+(guardpolicy.evaluation.settings), and first checks that data/models.yaml is current with params.yaml
+(guardpolicy.preconditions).
 """
 
 from __future__ import annotations
@@ -15,19 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from guardpolicy.config import load_params
 from guardpolicy.errors import ConfigError
 from guardpolicy.evaluation.features import tokenizer_sha256, write_features
-from guardpolicy.evaluation.inputs import (
-    eval_max_length,
-    evaluation_items,
-    load_checkpoint,
-    prefix_rows,
-)
+from guardpolicy.evaluation.inputs import evaluation_items, load_checkpoint
 from guardpolicy.evaluation.items import item_keys
+from guardpolicy.evaluation.settings import EvaluationParams, eval_max_length, prefix_rows
 from guardpolicy.layout import Layout
+from guardpolicy.preconditions import require_current_plan
 from guardpolicy.timing import note_work
-from guardpolicy.training import branches as plan_registry
+from guardpolicy.training.names import read_plan_document
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +37,10 @@ def features(model: str, layout: Layout | None = None) -> dict[str, Any]:
     from guardpolicy.training.device import choose_device, configure_threads
 
     layout = layout or Layout.discover()
-    params_file, plan_file = layout.relative("params"), layout.relative("plan")
-    params = load_params(layout.path("params"))
-    plan = plan_registry.check_plan_document(params, layout.path("plan"), params_file)
-    feature_models = plan["feature_models"]
+    plan_file = layout.relative("plan")
+    params = EvaluationParams.read(layout.path("params"))
+    require_current_plan(layout)
+    feature_models = read_plan_document(layout.path("plan"))["feature_models"]
     if model not in feature_models:
         raise ConfigError(
             f"{plan_file}: feature_models: no model {model!r}; planned: {sorted(feature_models)}"
@@ -50,7 +48,7 @@ def features(model: str, layout: Layout | None = None) -> dict[str, Any]:
     # The plan names folders relative to the root; the features file records that name, not where the root is.
     planned_dir = feature_models[model]["model_dir"]
     model_dir = layout.root / planned_dir
-    items, _ = evaluation_items(params, layout)
+    items, _ = evaluation_items(params.policies, params.evaluation.splits, layout)
     max_length = eval_max_length(params)
     configure_threads()
     device = choose_device(params.active.precision)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from guardpolicy.config import load_params
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.data import DATA
 from guardpolicy.data.fetch import fetch_benchmark, write_outputs
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError
@@ -23,25 +24,25 @@ def fetch(name: str, layout: Layout | None = None) -> dict:
     """Acquire, verify and normalise one benchmark; write data/benchmarks/<name>.parquet and
     <name>.meta.json (paths from `layout`, default: this repository)."""
     layout = layout or Layout.discover()
-    params = load_params(layout.path("params"))
+    data = ParamsFile.read(layout.path("params")).load(DATA)
     registry = load_registry(layout.path("benchmark_registry"))
     if name not in registry:
         raise ConfigError(
             f"{layout.relative('benchmark_registry')}: no benchmark named {name!r}; known: {sorted(registry)}"
         )
-    mirror = layout.resolve(params.data.mirror_dir)
+    mirror = layout.resolve(data.mirror_dir)
     log.info(
         "fetch %s: mirror %s (%s), downloads %s",
         name,
         mirror,
         "present" if mirror.is_dir() else "absent",
-        "on" if params.data.allow_download else "off",
+        "on" if data.allow_download else "off",
     )
     result = fetch_benchmark(
         registry[name],
         mirror_dir=mirror,
-        allow_download=params.data.allow_download,
-        timeout_s=params.data.download_timeout_s,
+        allow_download=data.allow_download,
+        timeout_s=data.download_timeout_s,
     )
     out = layout.path("benchmark", benchmark=name)
     write_outputs(result, out, layout.path("benchmark_meta", benchmark=name))

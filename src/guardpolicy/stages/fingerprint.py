@@ -27,7 +27,10 @@ from guardpolicy.analysis.fingerprint import (
     fingerprint_table,
     prompt_label_rows,
 )
-from guardpolicy.config import load_params
+from guardpolicy.config.agreement import AGREEMENT
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.fingerprint import FINGERPRINT
+from guardpolicy.config.policies import POLICIES, PolicyParams
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_path, read_json, read_parquet, write_json, write_text
@@ -66,13 +69,13 @@ def _read_benchmark(path: Path) -> pd.DataFrame:
 
 
 def _labelers(
-    params_file: str, params: Any, taxonomy: Any, layout: Layout
+    params_file: str, policies: dict[str, PolicyParams], taxonomy: Any, layout: Layout
 ) -> tuple[dict[str, Labeler], dict[str, dict]]:
     """The labelers of the policies that can label benchmark prompts, and every policy's status (policy
     files as params names them, resolved by `layout`)."""
     labelers: dict[str, Labeler] = {}
     status: dict[str, dict] = {}
-    for name, policy_params in sorted(params.policies.items()):
+    for name, policy_params in sorted(policies.items()):
         policy = load_policy(layout.resolve(policy_params.file), taxonomy)
         if policy.name != name:
             raise ConfigError(
@@ -93,19 +96,19 @@ def fingerprint(layout: Layout | None = None) -> dict:
     per-prompt labels (paths from `layout`, default: this repository)."""
     layout = layout or Layout.discover()
     params_file = layout.relative("params")
-    params = load_params(layout.path("params"))
-    pair = params.agreement.pair
+    params = ParamsFile.read(layout.path("params"))
+    pair, policies = params.load(AGREEMENT).pair, params.load(POLICIES)
     for position, policy in enumerate(pair):
-        if policy not in params.policies:
+        if policy not in policies:
             raise ConfigError(
                 f"{params_file}: agreement.pair[{position}]: {policy!r} is not one of the policies "
-                f"{sorted(params.policies)}"
+                f"{sorted(policies)}"
             )
     taxonomy = load_taxonomy(layout.path("taxonomy"))
     registry = load_registry(layout.path("benchmark_registry"))
-    facts_file = params.fingerprint.facts_file  # relative to the root, as params names it
+    facts_file = params.load(FINGERPRINT).facts_file  # relative to the root, as params names it
     entries = load_benchmark_facts(layout.resolve(facts_file), taxonomy, registry)
-    labelers, policy_status = _labelers(params_file, params, taxonomy, layout)
+    labelers, policy_status = _labelers(params_file, policies, taxonomy, layout)
 
     benchmarks: dict[str, tuple[Path, pd.DataFrame, pd.DataFrame]] = {}
     skipped: dict[str, str] = {}

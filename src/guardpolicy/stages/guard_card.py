@@ -1,7 +1,7 @@
 """guard_card@<guard> (optional sub-pipeline pipelines/baselines/dvc.yaml): one open guard's card.
 
 Reads params `baselines` (the guard's run settings, registry, failure_policy, decoding), `analysis.subset`
-and the profile's main seed, the registry data/baselines.yaml, the analysis tables scores.csv,
+and the profile's main seed (`seed`), the registry data/baselines.yaml, the analysis tables scores.csv,
 baseline_parse.csv, mapping_effect.csv and calibration.csv, and reports/REPORT.md (the card names the report
 it accompanies by its sha256; depending on it also makes `dvc repro pipelines/baselines/dvc.yaml` bring the
 report up to date, since DVC reproduces a target's upstream stages only). Writes reports/guards/<guard>.md
@@ -15,13 +15,15 @@ import logging
 from pathlib import Path
 
 from guardpolicy.baselines.registry import guard_config, guard_spec
-from guardpolicy.config import load_params
+from guardpolicy.config.analysis import ANALYSIS
+from guardpolicy.config.baselines import BASELINES
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.profiles import active_profile
 from guardpolicy.errors import InputError
 from guardpolicy.io import write_json, write_text
 from guardpolicy.layout import Layout
 from guardpolicy.reporting.guard_card import guard_card
-from guardpolicy.stages.report import read_table
-from guardpolicy.training.branches import main_seed
+from guardpolicy.reporting.tables import read_table
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +35,10 @@ def write_guard_card(guard: str, layout: Layout | None = None) -> Path:
     Markdown path."""
     layout = layout or Layout.discover()
     params_file = str(layout.path("params"))
-    params = load_params(params_file)
-    config = params.baselines
-    run = guard_config(params, guard, params_file)
+    params = ParamsFile.read(params_file)
+    config, analysis = params.load(BASELINES), params.load(ANALYSIS)
+    _, profile = active_profile(params)
+    run = guard_config(config, guard, params_file)
     spec = guard_spec(config.registry, guard)
     facts = {
         "model_id": spec.model_id,
@@ -67,8 +70,8 @@ def write_guard_card(guard: str, layout: Layout | None = None) -> Path:
             parse=tables["baseline_parse"],
             mapping_effect=tables["mapping_effect"],
             calibration=tables["calibration"],
-            subset=params.analysis.subset,
-            main_seed=main_seed(params),
+            subset=analysis.subset,
+            main_seed=profile.seed,
             report_file=layout.relative("report"),
             report_sha256=hashlib.sha256(report.read_bytes()).hexdigest(),
         )

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from guardpolicy.config import load_params
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.policies import POLICIES
 from guardpolicy.errors import ConfigError
 from guardpolicy.io import read_parquet, sha256_file, write_json, write_parquet
 from guardpolicy.labeling import label_summary, label_table, load_policy, make_labeler
@@ -25,12 +26,10 @@ def label(policy: str, layout: Layout | None = None) -> dict[str, Any]:
     (paths from `layout`, default: this repository; the policy file params names is relative to its root)."""
     layout = layout or Layout.discover()
     params_file = layout.relative("params")
-    params = load_params(layout.path("params"))
-    if policy not in params.policies:
-        raise ConfigError(
-            f"{params_file}: policies.{policy}: unknown policy; known: {sorted(params.policies)}"
-        )
-    policy_params = params.policies[policy]
+    policies = ParamsFile.read(layout.path("params")).load(POLICIES)
+    if policy not in policies:
+        raise ConfigError(f"{params_file}: policies.{policy}: unknown policy; known: {sorted(policies)}")
+    policy_params = policies[policy]
     taxonomy = load_taxonomy(layout.path("taxonomy"))
     policy_spec = load_policy(layout.resolve(policy_params.file), taxonomy)
     if policy_spec.name != policy:

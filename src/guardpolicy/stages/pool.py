@@ -15,7 +15,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from guardpolicy.config import load_params
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.data import DATA
+from guardpolicy.config.pool import POOL
+from guardpolicy.config.profiles import active_profile
 from guardpolicy.data.acquire import how_to_provide
 from guardpolicy.errors import InputError
 from guardpolicy.io import write_json, write_parquet
@@ -100,23 +103,24 @@ def build(layout: Layout | None = None) -> dict:
     """Load, generate, merge, sample and write the pool; return the report (paths from `layout`, default:
     this repository; the files params names are relative to its root)."""
     layout = layout or Layout.discover()
-    params = load_params(layout.path("params"))
-    pool_params = params.pool
-    pool_size = params.active.pool_size
+    params = ParamsFile.read(layout.path("params"))
+    pool_params, data = params.load(POOL), params.load(DATA)
+    profile_name, profile = active_profile(params)
+    pool_size = profile.pool_size
     taxonomy = load_taxonomy(layout.path("taxonomy"))
     root = layout.root
     registry = load_pool_registry(layout.resolve(pool_params.sources_file), taxonomy)
-    mirror = layout.resolve(params.data.mirror_dir)
+    mirror = layout.resolve(data.mirror_dir)
     out, report = layout.path("pool"), layout.path("pool_report")
     log.info(
         "pool: %d sources from %s, profile %s (pool_size %d), mirror %s (%s), downloads %s",
         len(registry),
         pool_params.sources_file,
-        params.profile,
+        profile_name,
         pool_size,
         mirror,
         "present" if mirror.is_dir() else "absent",
-        "on" if params.data.allow_download else "off",
+        "on" if data.allow_download else "off",
     )
 
     loaded: dict[str, list[Candidate]] = {}
@@ -127,8 +131,8 @@ def build(layout: Layout | None = None) -> dict:
             loaded[source.name], outcomes[source.name] = _load_files(
                 source,
                 mirror=mirror,
-                allow_download=params.data.allow_download,
-                timeout_s=params.data.download_timeout_s,
+                allow_download=data.allow_download,
+                timeout_s=data.download_timeout_s,
                 work_dir=Path(tmp),
                 root=root,
             )
@@ -147,7 +151,7 @@ def build(layout: Layout | None = None) -> dict:
         log.info("pool cell %s: %d prompts generated", source.name, outcome.candidates)
     # Registry order, so that the report and the merge attribution follow the declaration.
     outcomes = {name: outcomes[name] for name in registry}
-    _require_sources(registry, outcomes, pool_params.sources_file, mirror, params.data.allow_download)
+    _require_sources(registry, outcomes, pool_params.sources_file, mirror, data.allow_download)
 
     candidates = [c for name in registry for c in loaded[name]]
     if not candidates:
@@ -176,7 +180,7 @@ def build(layout: Layout | None = None) -> dict:
         quotas=quotas,
         pool_size_requested=pool_size,
         settings={
-            "profile": params.profile,
+            "profile": profile_name,
             "seed": pool_params.seed,
             "max_prompt_chars": pool_params.max_prompt_chars,
             "sources_file": pool_params.sources_file,

@@ -13,13 +13,15 @@ import logging
 import time
 from typing import Any
 
-from guardpolicy.config import load_params
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.profiles import active_profile
+from guardpolicy.config.scales import SCALES
 from guardpolicy.errors import InputError
 from guardpolicy.evaluation.inputs import present_benchmarks
 from guardpolicy.io import read_parquet
 from guardpolicy.layout import Layout
 from guardpolicy.timing import note_work
-from guardpolicy.training import branches as registry
+from guardpolicy.training.names import PRETRAINED
 from guardpolicy.training.prefix_cache import (
     POOL_SET,
     backbone_fingerprint,
@@ -56,17 +58,17 @@ def prefix(scale: str, layout: Layout | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     layout = layout or Layout.discover()
     params_file = layout.path("params")
-    params = load_params(params_file)
-    if scale not in params.scales:
-        raise InputError(
-            params_file, f"unknown scale {scale!r}; known: {sorted(params.scales)}", field="scales"
-        )
-    model_dir = layout.path("model", model=f"{scale}-{registry.PRETRAINED}")
+    params = ParamsFile.read(params_file)
+    scales = params.load(SCALES)
+    _, profile = active_profile(params)
+    if scale not in scales:
+        raise InputError(params_file, f"unknown scale {scale!r}; known: {sorted(scales)}", field="scales")
+    model_dir = layout.path("model", model=f"{scale}-{PRETRAINED}")
     if not (model_dir / "config.json").is_file():
         raise InputError(model_dir, f"backbone folder not found; run `dvc repro backbone@{scale}` first")
     guard, tokenizer = load_guard(model_dir)
     meta = {
-        **scale_settings(params, scale),
+        **scale_settings(profile, getattr(profile, scales[scale])),
         "hidden_size": guard.config.encoder.hidden_size,
         "backbone": backbone_fingerprint(model_dir),
     }

@@ -17,27 +17,22 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
 
-from guardpolicy.analysis.baselines import CALIBRATION_COLUMNS, PARSE_COLUMNS
-from guardpolicy.analysis.competence import COMPETENCE_COLUMNS, TRADEOFF_COLUMNS
-from guardpolicy.analysis.contrasts import SWING_SPAN_COLUMNS
-from guardpolicy.analysis.correlations import CORRELATION_COLUMNS
-from guardpolicy.analysis.headline import HEADLINE_COLUMNS
-from guardpolicy.analysis.mapping import LEVER_COLUMNS, MAPPING_BY_MODEL_COLUMNS
-from guardpolicy.analysis.ranks import RANK_TEST_COLUMNS
-from guardpolicy.analysis.span_tables import (
-    NOISE_FLOOR_COLUMNS,
-    SPAN_LEADING_COLUMNS,
-    SPAN_SCALE_COLUMNS,
-    SPAN_TRAILING_COLUMNS,
-)
 from guardpolicy.baselines.registry import load_baseline_registry
-from guardpolicy.config import Params, load_params
+from guardpolicy.config.analysis import ANALYSIS, AnalysisConfig
+from guardpolicy.config.baselines import BASELINES, BaselinesConfig
+from guardpolicy.config.branches import BRANCHES, BranchConfig
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.policies import POLICIES, PolicyParams
+from guardpolicy.config.profiles import EncoderKey, ProfileConfig, active_profile
+from guardpolicy.config.scales import SCALES
+from guardpolicy.config.teachers import TEACHERS, TeacherConfig
 from guardpolicy.errors import InputError
 from guardpolicy.io import atomic_path, read_json, write_text
 from guardpolicy.layout import Layout
@@ -50,139 +45,51 @@ from guardpolicy.reporting.headline import (
 )
 from guardpolicy.reporting.inputs import ReportInputs
 from guardpolicy.reporting.report import render_report
-from guardpolicy.training.branches import main_seed, teacher_name
+from guardpolicy.reporting.tables import not_found, read_table
+from guardpolicy.training.names import teacher_name
 
 log = logging.getLogger(__name__)
 
 ANALYSE = "analyse"
-# span_scale.csv's text columns (the rest are numbers).
-SPAN_SCALE_TEXT = (
-    "benchmark",
-    "subset",
-    "mapping",
-    "scale",
-    "load",
-    "study_load",
-    "primary_metric",
-    "seeds",
-    "verdict",
-)
-# Required columns of each analysis table (docs/data-contracts.md, "Analysis") and which are numbers.
-TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "scores": (
-        (
-            "model",
-            "kind",
-            "scale",
-            "branch",
-            "seed",
-            "recipe",
-            "benchmark",
-            "subset",
-            "mapping",
-            "metric",
-            "value",
-            "ci_low",
-            "ci_high",
-            "interval",
-            "n",
-        ),
-        ("seed", "value", "ci_low", "ci_high", "n"),
-    ),
-    "span": (
-        (*SPAN_LEADING_COLUMNS, *SPAN_TRAILING_COLUMNS),
-        ("swing", "delta", "delta_ci_low", "delta_ci_high", "phi", "phi_ci_low", "phi_ci_high", "phi_max"),
-    ),
-    "span_scale": (
-        SPAN_SCALE_COLUMNS,
-        tuple(c for c in SPAN_SCALE_COLUMNS if c not in SPAN_SCALE_TEXT),
-    ),
-    "noise_floor": (NOISE_FLOOR_COLUMNS, ("spread", "ci_low", "ci_high")),
-    "swing_vs_span": (SWING_SPAN_COLUMNS, ("n_benchmarks", "rho", "p_value", "ci_low", "ci_high")),
-    "rank_test": (RANK_TEST_COLUMNS, ("k", "n", "p_value", "null_probability", "stability")),
-    "correlations": (CORRELATION_COLUMNS, ("rho", "p_value", "n_models")),
-    "headline": (
-        HEADLINE_COLUMNS,
-        (
-            "seed",
-            "n_sets",
-            "cap",
-            "cap_ci_low",
-            "cap_ci_high",
-            "auroc",
-            "matched_over_ref",
-            "threshold",
-            "calibration_over_ref",
-            "cap_matched",
-            "over_ref_matched",
-        ),
-    ),
-    "competence": (COMPETENCE_COLUMNS, ("seed", "cap", "ci_low", "ci_high", "n")),
-    "tradeoff": (
-        TRADEOFF_COLUMNS,
-        (
-            "seed",
-            "min_cap",
-            "over_ref",
-            "min_cap_at_over_ref_bar",
-            "threshold_at_over_ref_bar",
-            "over_ref_at_cap_bar",
-            "threshold_at_cap_bar",
-        ),
-    ),
-    "mapping_effect": (
-        ("model", "benchmark", "subset", "over_ref_default", "over_ref_boundary_unsafe", "change"),
-        ("over_ref_default", "over_ref_boundary_unsafe", "change"),
-    ),
-    "mapping_effect_by_model": (
-        MAPPING_BY_MODEL_COLUMNS,
-        (
-            "n_benchmarks",
-            "mean_change",
-            "largest_over_ref_default",
-            "largest_over_ref_boundary_unsafe",
-            "largest_change",
-        ),
-    ),
-    "mapping_vs_retraining": (LEVER_COLUMNS, ("n_models", "over_ref_from", "over_ref_to", "change")),
-    "xstest": (
-        ("model", "subset", "xstest_type", "n", "over_ref", "ci_low", "ci_high"),
-        ("n", "over_ref", "ci_low", "ci_high"),
-    ),
-    "xstest_pairs": (
-        ("model", "subset", "pairs", "consistent", "consistency", "ci_low", "ci_high"),
-        ("pairs", "consistent", "consistency", "ci_low", "ci_high"),
-    ),
-    "fingerprint": (
-        ("benchmark", "policy", "labeler", "n", "agree", "agreement", "ci_low", "ci_high"),
-        ("n", "agree", "agreement", "ci_low", "ci_high"),
-    ),
-    "baseline_parse": (PARSE_COLUMNS, ("n", "ok", "partial", "failed", "no_decision")),
-    "calibration": (
-        CALIBRATION_COLUMNS,
-        (
-            "seed",
-            "calibration_n",
-            "target_over_ref",
-            "threshold",
-            "achieved_over_ref",
-            "value",
-            "ci_low",
-            "ci_high",
-            "n",
-        ),
-    ),
-}
 SUMMARY_KEYS = ("copyright_vs_noise", "load_contrast", "rank_tests", "correlations", "mapping_effect")
 PLAN_FIELDS = ("kind", "scale", "branch", "seed", "recipe")
 
 
-def guard_facts(params: Params) -> dict[str, dict[str, str]]:
+@dataclass(frozen=True)
+class ReportParams:
+    """The params sections stage report reads."""
+
+    profile: str
+    active: ProfileConfig
+    policies: dict[str, PolicyParams]
+    scales: dict[str, EncoderKey]
+    teachers: dict[str, TeacherConfig]
+    branches: dict[str, BranchConfig]
+    analysis: AnalysisConfig
+    baselines: BaselinesConfig
+
+    @classmethod
+    def read(cls, path: str | Path) -> ReportParams:
+        params = ParamsFile.read(path)
+        name, profile = active_profile(params)
+        return cls(
+            name,
+            profile,
+            params.load(POLICIES),
+            params.load(SCALES),
+            params.load(TEACHERS),
+            params.load(BRANCHES),
+            params.load(ANALYSIS),
+            params.load(BASELINES),
+        )
+
+
+def guard_facts(baselines: BaselinesConfig) -> dict[str, dict[str, str]]:
     """Per configured open guard: its registry entry (hub id, pinned revision, family) and how it ran."""
-    guards = params.baselines.guards
+    guards = baselines.guards
     if not guards:
         return {}
-    registry = load_baseline_registry(params.baselines.registry)
+    registry = load_baseline_registry(baselines.registry)
     facts = {}
     for name, config in sorted(guards.items()):
         spec = registry.get(name)
@@ -196,39 +103,10 @@ def guard_facts(params: Params) -> dict[str, dict[str, str]]:
     return facts
 
 
-def _not_found(path: Path, writer: str) -> InputError:
-    return InputError(path, f"file not found; it is written by {writer}")
-
-
-def read_table(path: str | Path, table: str, writer: str) -> pd.DataFrame:
-    """A contract CSV: every required column present and number columns numeric, else an InputError."""
-    path = Path(path)
-    if not path.is_file():
-        raise _not_found(path, writer)
-    columns, numeric = TABLES[table]
-    # Only empty cells are missing values: `none` (rank-test extreme) or `NA` are data, not nulls.
-    frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise InputError(path, f"missing column(s) {missing}", row="header", field=missing[0])
-    for column in numeric:
-        parsed = pd.to_numeric(frame[column], errors="coerce")
-        bad = parsed.isna() & frame[column].notna()
-        if bad.any():
-            row = int(bad.to_numpy().nonzero()[0][0])
-            raise InputError(
-                path, f"expected a number, got {frame[column].iloc[row]!r}", row=row + 1, field=column
-            )
-        frame[column] = parsed.astype(float)
-    if "seed" in frame.columns:
-        frame["seed"] = frame["seed"].astype(int)
-    return frame
-
-
 def read_report_json(path: str | Path, writer: str, required: Sequence[str] = ()) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise _not_found(path, writer)
+        raise not_found(path, writer)
     try:
         payload = read_json(path)
     except json.JSONDecodeError as exc:
@@ -245,7 +123,7 @@ def read_plan(plan_file: str | Path) -> pd.DataFrame:
     """data/models.yaml `evaluations` as rows: model, kind, scale, branch, seed, recipe."""
     path = Path(plan_file)
     if not path.is_file():
-        raise _not_found(path, "`guardpolicy plan`")
+        raise not_found(path, "`guardpolicy plan`")
     with open(path, encoding="utf-8") as handle:
         document = yaml.safe_load(handle) or {}
     evaluations = document.get("evaluations")
@@ -286,7 +164,7 @@ def report(layout: Layout | None = None) -> str:
     benchmarks_file = layout.path("benchmarks_report")
     agreement_heatmap = layout.path("figure", figure="agreement_heatmap")
     out = layout.path("report")
-    params = load_params(params_file)
+    params = ReportParams.read(params_file)
     analyse = f"stage `{ANALYSE}` (run `dvc repro {ANALYSE}`)"
     tables = {
         name: read_table(layout.path("analysis_table", table=name), name, analyse)
@@ -340,7 +218,7 @@ def report(layout: Layout | None = None) -> str:
         source=layout.relative("analysis_table", table="scores"),
     )
     headline = headlines[analysis_params.mapping]
-    seed = main_seed(params)
+    seed = params.active.seed
     markdown = out
     _write_png(
         layout.path("figure", figure="span_vs_floor"),
@@ -398,7 +276,7 @@ def report(layout: Layout | None = None) -> str:
         competence=tables["competence"],
         tradeoff=tables["tradeoff"],
         calibration=calibration,
-        guards=guard_facts(params),
+        guards=guard_facts(params.baselines),
         figure_links={
             "span_vs_floor": _link(layout.path("figure", figure="span_vs_floor"), markdown),
             "cap_vs_overref": _link(layout.path("figure", figure="cap_vs_overref"), markdown),

@@ -1,8 +1,11 @@
 """teacher@<policy>: the teacher scale trained on 100 % of the policy's hard labels -> models/teacher-<policy>
 (with its model card); its logits over the train and calib prompts are cached in
 data/teacher_outputs/<policy>.parquet (id, logits: 4 float32) so branches distil from a file instead of
-running the teacher at every step. Notes its training and prediction seconds and samples
-(guardpolicy.timing.note_work) for its timing record.
+running the teacher at every step.
+
+Reads params `teachers.<policy>`, `training`, `scales` and the active profile; params as a whole (the
+training sections' cross-references included) is checked first by guardpolicy.preconditions. Notes its
+training and prediction seconds and samples (guardpolicy.timing.note_work) for its timing record.
 """
 
 from __future__ import annotations
@@ -16,14 +19,20 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.profiles import active_profile
+from guardpolicy.config.scales import SCALES, scale_encoder
+from guardpolicy.config.teachers import TEACHERS
+from guardpolicy.config.training import TRAINING
 from guardpolicy.contracts import TEACHER_LOGITS, write_table
 from guardpolicy.errors import ConfigError
 from guardpolicy.io import read_parquet
 from guardpolicy.layout import Layout
+from guardpolicy.preconditions import check_training_params
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
-from guardpolicy.training import branches as registry
-from guardpolicy.training.runs import TrainingRun, checked_params, train_run
+from guardpolicy.training.names import PRETRAINED, teacher_name
+from guardpolicy.training.runs import ScaleEncoder, TrainingRun, recipe_fields, train_run
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +49,20 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
     layout = layout or Layout.discover()
     params_file = layout.relative("params")
     taxonomy = load_taxonomy(layout.path("taxonomy"))
-    params = checked_params(layout, taxonomy)
-    if policy not in params.teachers:
-        raise ConfigError(f"{params_file}: teachers: no teacher {policy!r}; known: {sorted(params.teachers)}")
-    config = params.teachers[policy]
-    seed = registry.main_seed(params)
+    check_training_params(layout, rules=True)
+    params = ParamsFile.read(layout.path("params"))
+    teachers, training = params.load(TEACHERS), params.load(TRAINING)
+    _, profile = active_profile(params)
+    scales = params.load(SCALES)
+    if policy not in teachers:
+        raise ConfigError(f"{params_file}: teachers: no teacher {policy!r}; known: {sorted(teachers)}")
+    config = teachers[policy]
+    scale = ScaleEncoder(
+        scales.get(config.scale, ""), scale_encoder(profile, scales, config.scale, params_file)
+    )
+    seed = profile.seed
     run = TrainingRun(
-        name=registry.teacher_name(policy),
+        name=teacher_name(policy),
         kind="teacher",
         scale=config.scale,
         description=(
@@ -58,9 +74,10 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
         hard_labels={policy: 1.0},
         anchors=(),
         teacher=None,
-        recipe=registry.recipe_fields(
-            params,
-            scale=config.scale,
+        recipe=recipe_fields(
+            profile,
+            training,
+            scale.encoder,
             seed=seed,
             trainable=config.trainable,
             epochs=config.epochs,
@@ -68,13 +85,13 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
             distill_alpha=None,
         ),
         # Relative to the root, as the plan and the card name it.
-        init_dir=Path(layout.relative("model", model=f"{config.scale}-{registry.PRETRAINED}")),
-        params={"teacher": dataclasses.asdict(config), "training": dataclasses.asdict(params.training)},
+        init_dir=Path(layout.relative("model", model=f"{config.scale}-{PRETRAINED}")),
+        params={"teacher": dataclasses.asdict(config), "training": dataclasses.asdict(training)},
     )
-    card, examples, train_seconds = train_run(run, params, taxonomy, layout)
+    card, examples, train_seconds = train_run(run, profile, scale, taxonomy, layout)
 
     pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first").set_index("id")["prompt"]
-    prefix = layout_prefix(params, config.scale, layout)
+    prefix = layout_prefix(profile, scale.encoder, config.scale, layout)
     ids = pd.concat(
         [
             read_parquet(layout.path("split", split=s), "run `dvc repro audit` first")["id"]
@@ -88,7 +105,7 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
         logits = predict(
             layout.path("model", model=run.name),
             pool.loc[ids].tolist(),
-            batch_size=params.training.predict_batch_size,
+            batch_size=training.predict_batch_size,
             max_length=run.recipe["max_length"],
             precision=run.recipe["precision"],
         )["coarse_logits"]
@@ -102,7 +119,7 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
             tokenizer,
             pool.loc[ids].tolist(),
             prefix.tensors([cache_key(POOL_SET, i) for i in ids], prefix_stage(config.scale)),
-            batch_size=params.training.predict_batch_size,
+            batch_size=training.predict_batch_size,
             max_length=run.recipe["max_length"],
             description=f"teacher {policy} outputs",
             where=str(prefix.folder),

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from guardpolicy.config import load_params
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.profiles import active_profile
 from guardpolicy.layout import Layout
 from guardpolicy.timing import timings
 from guardpolicy.training.bench import speed_probe
@@ -21,6 +22,6 @@ def timings_stage(layout: Layout | None = None) -> dict[str, Any]:
     """Collect the timing records, with the machine's speed beside them (paths from `layout`, default: this
     repository); returns the report."""
     layout = layout or Layout.discover()
-    samples = load_params(layout.path("params")).active.speed_probe_samples
+    samples = active_profile(ParamsFile.read(layout.path("params")))[1].speed_probe_samples
     machine = speed_probe(samples, pool_file=layout.path("pool")) if samples else None
     return timings(layout.path("stage_timings"), layout.path("timings"), machine=machine)

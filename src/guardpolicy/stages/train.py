@@ -1,6 +1,9 @@
-"""train@<model>: one entry of the plan (data/models.yaml, `guardpolicy plan`) -> models/<model> with its
-model card (guardpolicy.training.runs). Notes the optimisation loop's seconds and samples
-(guardpolicy.timing.note_work) for its timing record.
+"""train@<model>: one entry of the plan (data/models.yaml, `guardpolicy plan`: a scale x branch x seed) ->
+models/<model> with its model card (guardpolicy.training.runs).
+
+Reads params `branches.<branch>`, `anchor_sets`, `training`, `scales` and the active profile; params as a
+whole and the plan's currency are checked first by guardpolicy.preconditions. Notes the optimisation loop's
+seconds and samples (guardpolicy.timing.note_work) for its timing record.
 """
 
 from __future__ import annotations
@@ -11,13 +14,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from guardpolicy.config.anchor_sets import ANCHOR_SETS
+from guardpolicy.config.branches import BRANCHES
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.profiles import active_profile
+from guardpolicy.config.scales import SCALES, scale_encoder
+from guardpolicy.config.training import TRAINING
 from guardpolicy.errors import ConfigError
 from guardpolicy.layout import Layout
+from guardpolicy.preconditions import require_current_plan
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
-from guardpolicy.training import branches as registry
 from guardpolicy.training.datasets import AnchorRequest, resolve_anchor_count
-from guardpolicy.training.runs import TrainingRun, checked_params, train_run
+from guardpolicy.training.names import read_plan_document
+from guardpolicy.training.runs import ScaleEncoder, TrainingRun, recipe_fields, train_run
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +39,22 @@ def train(model_name: str, layout: Layout | None = None) -> dict[str, Any]:
     layout = layout or Layout.discover()
     params_file, plan_file = layout.relative("params"), layout.relative("plan")
     taxonomy = load_taxonomy(layout.path("taxonomy"))
-    params = checked_params(layout, taxonomy)
-    plan = registry.check_plan(params, layout.path("plan"), params_file)
+    require_current_plan(layout, rules=True)
+    plan = read_plan_document(layout.path("plan"))["models"]
     if model_name not in plan:
         raise ConfigError(f"{plan_file}: no model {model_name!r}; planned: {sorted(plan)}")
     entry = plan[model_name]
+    params = ParamsFile.read(layout.path("params"))
+    branches, anchor_sets, training = params.load(BRANCHES), params.load(ANCHOR_SETS), params.load(TRAINING)
+    _, profile = active_profile(params)
+    scales = params.load(SCALES)
+    scale = ScaleEncoder(
+        scales.get(entry["scale"], ""), scale_encoder(profile, scales, entry["scale"], params_file)
+    )
     branch_name = entry["branch"]
-    branch = params.branches[branch_name]
+    branch = branches[branch_name]
     anchors = tuple(
-        AnchorRequest(name, params.anchor_sets[name], resolve_anchor_count(count, params.active.pool_size))
+        AnchorRequest(name, anchor_sets[name], resolve_anchor_count(count, profile.pool_size))
         for name, count in sorted(branch.anchors.items())
     )
     used_sets = {a.name: dataclasses.asdict(a.config) for a in anchors}
@@ -51,24 +68,25 @@ def train(model_name: str, layout: Layout | None = None) -> dict[str, Any]:
         hard_labels=dict(branch.hard_labels),
         anchors=anchors,
         teacher=branch.teacher,
-        recipe=registry.recipe_fields(
-            params,
-            scale=entry["scale"],
+        recipe=recipe_fields(
+            profile,
+            training,
+            scale.encoder,
             seed=entry["seed"],
             trainable=branch.trainable,
             epochs=branch.epochs,
             learning_rate=branch.learning_rate,
-            distill_alpha=registry.branch_alpha(params, branch_name),
+            distill_alpha=branch.distill_alpha(training.distill_alpha),
         ),
         # The plan names folders relative to the root (what dvc.yaml depends on).
         init_dir=Path(entry["init_dir"]),
         params={
             "branch": dataclasses.asdict(branch),
             "anchor_sets": used_sets,
-            "training": dataclasses.asdict(params.training),
+            "training": dataclasses.asdict(training),
         },
     )
-    card, examples, _ = train_run(run, params, taxonomy, layout)
+    card, examples, _ = train_run(run, profile, scale, taxonomy, layout)
     seconds = time.perf_counter() - started
     # The rate is over the optimisation loop only (loading, imports and the card are in the record's seconds).
     note_work(card["run"]["train_seconds"], len(examples) * run.recipe["epochs"])

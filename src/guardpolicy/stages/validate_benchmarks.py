@@ -10,7 +10,8 @@ import logging
 
 import pandas as pd
 
-from guardpolicy.config import load_params
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.data import DATA
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ValidationFailed
 from guardpolicy.io import read_json, write_json
@@ -28,7 +29,7 @@ def validate(layout: Layout | None = None) -> dict:
     The report is written either way, so a failure can be inspected.
     """
     layout = layout or Layout.discover()
-    data_params = load_params(layout.path("params")).data
+    data_params = ParamsFile.read(layout.path("params")).load(DATA)
     registry = load_registry(layout.path("benchmark_registry"))
     out = layout.path("benchmarks_validation")
     results, skipped = {}, {}

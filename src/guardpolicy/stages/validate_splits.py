@@ -1,4 +1,5 @@
-"""validate_splits: Great Expectations on the audit's hand-offs -> reports/validation/splits.json.
+"""validate_splits: Great Expectations on the audit's hand-offs (params `policies`, `audit.normalise`,
+`audit.splits`) -> reports/validation/splits.json.
 
 The splits (present, disjoint, exactly the pool) and every decontaminated benchmark (a subset of its original
 with no train prompt left after normalisation) (guardpolicy.validation.splits). Writes its JSON report first
@@ -13,7 +14,9 @@ import logging
 import pandas as pd
 from tqdm import tqdm
 
-from guardpolicy.config import load_params
+from guardpolicy.config.audit import AUDIT
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.policies import POLICIES
 from guardpolicy.data.registry import load_registry
 from guardpolicy.io import read_parquet
 from guardpolicy.layout import Layout
@@ -37,10 +40,11 @@ def validate_splits(layout: Layout | None = None) -> dict:
     original with no train prompt left after normalisation) -> reports/validation/splits.json (paths from
     `layout`, default: this repository)."""
     layout = layout or Layout.discover()
-    params = load_params(layout.path("params"))
+    params = ParamsFile.read(layout.path("params"))
+    audit = params.load(AUDIT)
     taxonomy = load_taxonomy(layout.path("taxonomy"))
     registry = load_registry(layout.path("benchmark_registry"))
-    policies = tuple(params.policies)
+    policies = tuple(params.load(POLICIES))
     pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first")
     splits = {
         name: pd.read_parquet(path) if (path := layout.path("split", split=name)).is_file() else None
@@ -62,18 +66,18 @@ def validate_splits(layout: Layout | None = None) -> dict:
 
     results = {
         "files": validate_files(
-            files_frame(splits, cleans, policies, split_fractions(params.audit.splits), len(pool))
+            files_frame(splits, cleans, policies, split_fractions(audit.splits), len(pool))
         ),
-        "splits": validate_split_files(splits, pool, policies, taxonomy, normalise=params.audit.normalise),
+        "splits": validate_split_files(splits, pool, policies, taxonomy, normalise=audit.normalise),
     }
     train = splits["train"]
     if train is not None and "id" in train.columns:
-        train_keys = train_prompt_keys(train, pool, params.audit.normalise)
+        train_keys = train_prompt_keys(train, pool, audit.normalise)
         log.info("validate splits: %d train prompts, %d normalised keys", len(train), len(train_keys))
         present = {name: frame for name, frame in cleans.items() if frame is not None}
         for name, clean in tqdm(present.items(), desc="validate clean benchmarks", unit="benchmark"):
             results[f"benchmarks_clean/{name}"] = validate_clean_benchmark(
-                name, clean, originals[name], train_keys, params.audit.normalise
+                name, clean, originals[name], train_keys, audit.normalise
             )
     else:
         # The files suite already fails on the missing train split; overlap cannot be checked without it.

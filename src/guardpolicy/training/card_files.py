@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from guardpolicy.config import EncoderConfig
+from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.io import read_json, write_json, write_text
 from guardpolicy.training.cards import CARD_JSON, CARD_MARKDOWN, card_markdown, card_summary
 

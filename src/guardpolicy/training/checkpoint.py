@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from guardpolicy.config import EncoderConfig
+from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.io import atomic_dir, atomic_path, sha256_file
 from guardpolicy.training.datasets import LEARNED_COLUMNS
 

@@ -18,12 +18,11 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from guardpolicy.config import AnchorSetConfig
 from guardpolicy.contracts import POLICY_LABELS, TEACHER_LOGITS, check_frame, require_columns
 from guardpolicy.errors import InputError
 from guardpolicy.taxonomy import Taxonomy
@@ -66,12 +65,26 @@ class ExampleSources:
         return self.files.get(key, key)
 
 
+class AnchorSelection(Protocol):
+    """What selects an anchor set's rows (params `anchor_sets.<name>`, guardpolicy.config.anchor_sets): a
+    protocol, so that the teachers, which add no anchors, do not import that section's schema."""
+
+    @property
+    def policy(self) -> str: ...
+    @property
+    def split(self) -> str: ...
+    @property
+    def rules(self) -> tuple[str, ...]: ...
+    @property
+    def coarse(self) -> tuple[str, ...]: ...
+
+
 @dataclass(frozen=True)
 class AnchorRequest:
     """One anchor set a branch adds, with the count already resolved against the pool size."""
 
     name: str
-    config: AnchorSetConfig
+    config: AnchorSelection
     count: int
 
 

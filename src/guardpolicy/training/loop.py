@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from guardpolicy.config import EncoderConfig
+from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_dir
 from guardpolicy.modeling.guard import count_parameters, save_guard

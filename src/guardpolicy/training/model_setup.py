@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from guardpolicy.config import EncoderConfig
+from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.errors import InputError
 from guardpolicy.modeling.guard import GuardModel, load_guard
 from guardpolicy.modeling.prefix import trainable_top_parameters

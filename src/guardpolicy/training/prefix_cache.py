@@ -28,12 +28,14 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from guardpolicy.config.encoders import EncoderConfig
+from guardpolicy.config.profiles import ProfileConfig
 from guardpolicy.errors import InputError
 from guardpolicy.io import atomic_dir
 from guardpolicy.layout import Layout
 from guardpolicy.modeling.prefix import prefix_states
-from guardpolicy.training.branches import PRETRAINED
 from guardpolicy.training.collate import sorted_batches, tokenize_truncated
+from guardpolicy.training.names import PRETRAINED
 
 STATES_FILE = "states.npy"
 INDEX_FILE = "index.parquet"
@@ -59,22 +61,24 @@ def prefix_stage(scale: str) -> str:
     return f"prefix@{scale}"
 
 
-def scale_settings(params: Any, scale: str) -> dict[str, Any]:
-    """What the cache of `scale` is built with, from params (the scale's encoder entry and the profile)."""
-    encoder = getattr(params.active, params.scales[scale])
+def scale_settings(profile: ProfileConfig, encoder: EncoderConfig) -> dict[str, Any]:
+    """What a scale's cache is built with: its encoder entry's frozen_layers and the active profile's
+    max_length and truncation."""
     return {
         "frozen_layers": encoder.frozen_layers,
-        "max_length": params.active.max_length,
-        "truncation": params.active.truncation,
-        "truncation_head_tokens": params.active.truncation_head_tokens,
+        "max_length": profile.max_length,
+        "truncation": profile.truncation,
+        "truncation_head_tokens": profile.truncation_head_tokens,
     }
 
 
-def scale_prefix(params: Any, scale: str, folder: str | Path, backbone: str | Path) -> PrefixCache | None:
-    """The prefix cache in `folder` that a run at `scale` trains or is evaluated on (None when the scale
-    freezes nothing), checked against params and against the scale's `backbone` folder (models/<scale>-
-    pretrained), whose weights every model's prefix is."""
-    settings = scale_settings(params, scale)
+def scale_prefix(
+    profile: ProfileConfig, encoder: EncoderConfig, scale: str, folder: str | Path, backbone: str | Path
+) -> PrefixCache | None:
+    """The prefix cache in `folder` that a run at `scale` (whose encoder entry is `encoder`) trains or is
+    evaluated on (None when the scale freezes nothing), checked against params and against the scale's
+    `backbone` folder (models/<scale>-pretrained), whose weights every model's prefix is."""
+    settings = scale_settings(profile, encoder)
     if not settings["frozen_layers"]:
         return None
     stage = prefix_stage(scale)
@@ -83,11 +87,14 @@ def scale_prefix(params: Any, scale: str, folder: str | Path, backbone: str | Pa
     return cache
 
 
-def layout_prefix(params: Any, scale: str, layout: Layout) -> PrefixCache | None:
+def layout_prefix(
+    profile: ProfileConfig, encoder: EncoderConfig, scale: str, layout: Layout
+) -> PrefixCache | None:
     """`scale_prefix` at the layout's places: data/prefix/<scale>/, checked against models/<scale>-
     pretrained."""
     return scale_prefix(
-        params,
+        profile,
+        encoder,
         scale,
         layout.path("prefixes", scale=scale),
         layout.path("model", model=f"{scale}-{PRETRAINED}"),

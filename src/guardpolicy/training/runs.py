@@ -1,11 +1,13 @@
-"""One training run of a stage (teacher@, train@): its description, the data files it reads, the training
-and the checkpoint's model card.
+"""One training run of a stage (teacher@, train@): its recipe, its description, the data files it reads, the
+training and the checkpoint's model card.
 
-`train_run` assembles a run's examples from the pool, splits, policy labels and teacher outputs, trains it
-(guardpolicy.training.loop) into models/<name> and writes the card (guardpolicy.training.cards) beside the
-weights; the sha256 of every file read goes into the card. The resumable training state lives in
-.cache/train/<name> (outside DVC outputs, which DVC deletes before a rerun) and is removed once the run has
-finished.
+Each stage reads its own params sections and hands this module only what a run needs (the active profile, the
+`training` section, the scale's encoder entry), so no stage's code deps hold a section it does not read.
+`recipe_fields` turns those into the run's recipe. `train_run` assembles a run's examples from the pool,
+splits, policy labels and teacher outputs, trains it (guardpolicy.training.loop) into models/<name> and writes
+the card (guardpolicy.training.cards) beside the weights; the sha256 of every file read goes into the card.
+The resumable training state lives in .cache/train/<name> (outside DVC outputs, which DVC deletes before a
+rerun) and is removed once the run has finished.
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ from typing import Any
 
 import pandas as pd
 
-from guardpolicy.config import Params, load_params
+from guardpolicy.config.encoders import EncoderConfig
+from guardpolicy.config.profiles import ProfileConfig
+from guardpolicy.config.training import TrainingConfig
 from guardpolicy.errors import InputError
 from guardpolicy.io import read_parquet, sha256_file
-from guardpolicy.labeling import load_policy
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import Taxonomy
-from guardpolicy.training import branches as registry
 from guardpolicy.training.card_files import backbone_block, card_of, library_versions, write_card
 from guardpolicy.training.cards import model_card
 from guardpolicy.training.datasets import AnchorRequest, ExampleSources, build_examples
+from guardpolicy.training.names import PRETRAINED, teacher_name
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +41,50 @@ _RUN_FIELDS = ("seconds", "train_seconds", "samples_per_second", "resumed_from_s
 _ENVIRONMENT_FIELDS = ("device", "precision")
 
 
-def checked_params(layout: Layout, taxonomy: Taxonomy) -> Params:
-    """Params with the training sections cross-checked, anchor-set rules included (rules labelers only)."""
-    params_file = layout.relative("params")
-    params = load_params(layout.path("params"))
-    rules = {}
-    for name, policy in params.policies.items():
-        if policy.labeler == "rules":
-            policy_file = layout.resolve(policy.file)
-            rules[name] = {rule.name for rule in load_policy(policy_file, taxonomy).rules} | {"default"}
-    registry.validate_branches(
-        params, params_file, policy_rules=rules, coarse_classes=taxonomy.coarse_classes
-    )
-    return params
+@dataclasses.dataclass(frozen=True)
+class ScaleEncoder:
+    """A scale's encoder entry and its key in the profile (`small_encoder` / `large_encoder`: the card's
+    `role`)."""
+
+    key: str
+    encoder: EncoderConfig
+
+
+def recipe_fields(
+    profile: ProfileConfig,
+    training: TrainingConfig,
+    encoder: EncoderConfig,
+    *,
+    seed: int,
+    trainable: str,
+    epochs: int | None,
+    learning_rate: float | None,
+    distill_alpha: float | None,
+) -> dict[str, Any]:
+    """The training recipe of one run at `encoder`'s scale as plain values: the active profile's sizes,
+    overridden where the teacher or branch sets epochs / learning rate, and the shared `training` knobs; the
+    encoder entry gives `frozen_layers`. `TrainRecipe(**fields)` builds it."""
+    return {
+        "epochs": epochs if epochs is not None else profile.epochs,
+        "batch_size": profile.batch_size,
+        "learning_rate": learning_rate if learning_rate is not None else profile.learning_rate,
+        "weight_decay": training.weight_decay,
+        "warmup_ratio": training.warmup_ratio,
+        "max_length": profile.max_length,
+        "grad_clip": training.grad_clip,
+        "seed": seed,
+        "precision": profile.precision,
+        "trainable": trainable,
+        "distill_alpha": distill_alpha,
+        "distill_temperature": training.distill_temperature,
+        "loss_weights": dataclasses.asdict(training.loss_weights),
+        "checkpoint_every_steps": training.checkpoint_every_steps,
+        "log_every_steps": training.log_every_steps,
+        "length_bucketing": training.length_bucketing,
+        "truncation": profile.truncation,
+        "truncation_head_tokens": profile.truncation_head_tokens,
+        "frozen_layers": encoder.frozen_layers,
+    }
 
 
 def result_blocks(result: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, int]]:
@@ -113,9 +147,10 @@ def load_sources(run: TrainingRun, layout: Layout) -> tuple[ExampleSources, dict
 
 
 def train_run(
-    run: TrainingRun, params: Params, taxonomy: Taxonomy, layout: Layout
+    run: TrainingRun, profile: ProfileConfig, scale: ScaleEncoder, taxonomy: Taxonomy, layout: Layout
 ) -> tuple[dict[str, Any], pd.DataFrame, float]:
-    """Assemble the examples, train, write the checkpoint and its card; return (card, examples, seconds)."""
+    """Assemble the examples, train, write the checkpoint and its card; return (card, examples, seconds).
+    `scale` is the run's scale's encoder entry and its key in the profile."""
     from guardpolicy.training.loop import train
     from guardpolicy.training.prefix_cache import layout_prefix, prefix_stage
     from guardpolicy.training.recipe import TrainRecipe
@@ -124,12 +159,12 @@ def train_run(
     if not (init_dir / "config.json").is_file():
         hint = (
             f"run `dvc repro backbone@{run.scale}` first"
-            if run.init_dir.name.endswith(f"-{registry.PRETRAINED}")
+            if run.init_dir.name.endswith(f"-{PRETRAINED}")
             else f"run `dvc repro train@{run.init_dir.name}` first"
         )
         raise InputError(init_dir, f"initial checkpoint not found; {hint}")
     sources, data_hashes = load_sources(run, layout)
-    prefix = layout_prefix(params, run.scale, layout)
+    prefix = layout_prefix(profile, scale.encoder, run.scale, layout)
     examples, provenance = build_examples(
         sources,
         train_set=run.train_set,
@@ -169,22 +204,21 @@ def train_run(
         outputs = layout.relative("teacher_logits", policy=run.teacher)
         teacher_block = {
             "policy": run.teacher,
-            "model": registry.teacher_name(run.teacher),
+            "model": teacher_name(run.teacher),
             "alpha": run.recipe["distill_alpha"],
             "temperature": run.recipe["distill_temperature"],
             "outputs_file": outputs,
             "outputs_sha256": data_hashes[outputs],
-            "card": card_of(layout.path("model", model=registry.teacher_name(run.teacher))),
+            "card": card_of(layout.path("model", model=teacher_name(run.teacher))),
         }
-    encoder = registry.scale_encoder(params, run.scale, layout.relative("params"))
-    init_from = run.params.get("branch", {}).get("init_from", registry.PRETRAINED)
+    init_from = run.params.get("branch", {}).get("init_from", PRETRAINED)
     card = model_card(
         name=run.name,
         kind=run.kind,
         scale=run.scale,
         description=run.description,
         branch=run.branch,
-        backbone=backbone_block(encoder, params.scales[run.scale], out_dir),
+        backbone=backbone_block(scale.encoder, scale.key, out_dir),
         parameters=parameters,
         examples=provenance,
         teacher=teacher_block,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from guardpolicy.config import AgreementConfig
+from guardpolicy.config.agreement import AgreementConfig
 from guardpolicy.contracts import POLICY_LABELS
 from guardpolicy.taxonomy import Taxonomy
 from guardpolicy.validation.gx import EXAMPLES, Check, SuiteResult, run_checks

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from guardpolicy.audit.normalise import normalise_text
-from guardpolicy.config import NormaliseConfig, SplitConfig
+from guardpolicy.config.audit import NormaliseConfig, SplitConfig
 from guardpolicy.contracts import SPLIT
 from guardpolicy.layout import relative_path
 from guardpolicy.taxonomy import Taxonomy
