@@ -3,9 +3,30 @@
 The writers check a table against its contract before writing it, the readers check what they read, and
 docs/data-contracts.md's column tables are rendered from the same data (`guardpolicy contracts
 --write-docs`; `guardpolicy.contracts.docs`). The contracts are in `tables`, the vocabulary and the checks in
-`model`.
+`model`; stage analyse's tables (reports/analysis/<table>.csv) in `analysis_tables` and `analysis_mapping`.
 """
 
+from guardpolicy.contracts.analysis_mapping import (
+    ANALYSIS_BASELINE_PARSE,
+    ANALYSIS_CALIBRATION,
+    ANALYSIS_MAPPING_EFFECT,
+    ANALYSIS_MAPPING_EFFECT_BY_MODEL,
+    ANALYSIS_MAPPING_VS_RETRAINING,
+    ANALYSIS_XSTEST,
+    ANALYSIS_XSTEST_PAIRS,
+)
+from guardpolicy.contracts.analysis_tables import (
+    ANALYSIS_COMPETENCE,
+    ANALYSIS_CORRELATIONS,
+    ANALYSIS_HEADLINE,
+    ANALYSIS_NOISE_FLOOR,
+    ANALYSIS_RANK_TEST,
+    ANALYSIS_SCORES,
+    ANALYSIS_SPAN,
+    ANALYSIS_SPAN_SCALE,
+    ANALYSIS_SWING_VS_SPAN,
+    ANALYSIS_TRADEOFF,
+)
 from guardpolicy.contracts.model import (
     DTYPES,
     NUMERIC,
@@ -23,6 +44,7 @@ from guardpolicy.contracts.model import (
     write_table,
 )
 from guardpolicy.contracts.tables import (
+    ANALYSIS_TABLES,
     BASELINE_PREDICTIONS,
     BENCHMARK,
     CLEAN_BENCHMARK,
@@ -39,6 +61,24 @@ from guardpolicy.contracts.tables import (
 )
 
 __all__ = [
+    "ANALYSIS_BASELINE_PARSE",
+    "ANALYSIS_CALIBRATION",
+    "ANALYSIS_COMPETENCE",
+    "ANALYSIS_CORRELATIONS",
+    "ANALYSIS_HEADLINE",
+    "ANALYSIS_MAPPING_EFFECT",
+    "ANALYSIS_MAPPING_EFFECT_BY_MODEL",
+    "ANALYSIS_MAPPING_VS_RETRAINING",
+    "ANALYSIS_NOISE_FLOOR",
+    "ANALYSIS_RANK_TEST",
+    "ANALYSIS_SCORES",
+    "ANALYSIS_SPAN",
+    "ANALYSIS_SPAN_SCALE",
+    "ANALYSIS_SWING_VS_SPAN",
+    "ANALYSIS_TABLES",
+    "ANALYSIS_TRADEOFF",
+    "ANALYSIS_XSTEST",
+    "ANALYSIS_XSTEST_PAIRS",
     "BASELINE_PREDICTIONS",
     "BENCHMARK",
     "CLEAN_BENCHMARK",

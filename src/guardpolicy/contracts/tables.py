@@ -2,7 +2,8 @@
 column tables are rendered from these), keyed by the artifact names of `guardpolicy.layout.ARTIFACTS`.
 
 Adding a table is adding an entry to `CONTRACTS` (a CSV's numeric columns follow from its dtypes); several
-tables under one template (reports/analysis/{table}.csv) are one contract each, `fields={"table": ...}`.
+tables under one template (reports/analysis/{table}.csv) are one contract each, `fields={"table": ...}`:
+stage analyse's tables, in `analysis_tables` and `analysis_mapping`, gathered here as `ANALYSIS_TABLES`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from guardpolicy.contracts.analysis_mapping import (
+    ANALYSIS_BASELINE_PARSE,
+    ANALYSIS_CALIBRATION,
+    ANALYSIS_MAPPING_EFFECT,
+    ANALYSIS_MAPPING_EFFECT_BY_MODEL,
+    ANALYSIS_MAPPING_VS_RETRAINING,
+    ANALYSIS_XSTEST,
+    ANALYSIS_XSTEST_PAIRS,
+)
+from guardpolicy.contracts.analysis_tables import (
+    ANALYSIS_COMPETENCE,
+    ANALYSIS_CORRELATIONS,
+    ANALYSIS_HEADLINE,
+    ANALYSIS_NOISE_FLOOR,
+    ANALYSIS_RANK_TEST,
+    ANALYSIS_SCORES,
+    ANALYSIS_SPAN,
+    ANALYSIS_SPAN_SCALE,
+    ANALYSIS_SWING_VS_SPAN,
+    ANALYSIS_TRADEOFF,
+)
 from guardpolicy.contracts.model import Column, Contract, Family
 from guardpolicy.taxonomy import PILLAR_PREFIX
 
@@ -275,6 +297,30 @@ FINGERPRINT_LABELS = Contract(
     key=("benchmark", "id", "policy"),
 )
 
+# Stage analyse's tables, reports/analysis/<table>.csv, by table name, in the order it writes them.
+ANALYSIS_TABLES: Mapping[str, Contract] = {
+    contract.fields["table"]: contract
+    for contract in (
+        ANALYSIS_SCORES,
+        ANALYSIS_SPAN,
+        ANALYSIS_SPAN_SCALE,
+        ANALYSIS_NOISE_FLOOR,
+        ANALYSIS_SWING_VS_SPAN,
+        ANALYSIS_RANK_TEST,
+        ANALYSIS_CORRELATIONS,
+        ANALYSIS_HEADLINE,
+        ANALYSIS_COMPETENCE,
+        ANALYSIS_TRADEOFF,
+        ANALYSIS_MAPPING_EFFECT,
+        ANALYSIS_MAPPING_EFFECT_BY_MODEL,
+        ANALYSIS_MAPPING_VS_RETRAINING,
+        ANALYSIS_XSTEST,
+        ANALYSIS_XSTEST_PAIRS,
+        ANALYSIS_BASELINE_PARSE,
+        ANALYSIS_CALIBRATION,
+    )
+}
+
 CONTRACTS: Mapping[str, Contract] = {
     contract.name: contract
     for contract in (
@@ -288,6 +334,7 @@ CONTRACTS: Mapping[str, Contract] = {
         BASELINE_PREDICTIONS,
         FINGERPRINT,
         FINGERPRINT_LABELS,
+        *ANALYSIS_TABLES.values(),
     )
 }
 
