@@ -162,6 +162,7 @@ def write_fingerprint(root: Path, eval_dir: Path, pair: tuple[str, str] = POLICI
                     "agreement": agree / len(group),
                     "ci_low": 0.0,
                     "ci_high": 1.0,
+                    "agreement_bu": agree / len(group),
                 }
             )
         first, second = (entry["policies"][p]["agreement"] for p in pair)

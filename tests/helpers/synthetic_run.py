@@ -652,6 +652,7 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> Layout:
                     "agreement": FINGERPRINT_ROW[0],
                     "ci_low": FINGERPRINT_ROW[1],
                     "ci_high": FINGERPRINT_ROW[2],
+                    "agreement_bu": FINGERPRINT_ROW[0],
                 },
                 {
                     "benchmark": "harmbench_copyright",
@@ -662,6 +663,7 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> Layout:
                     "agreement": 0.12,
                     "ci_low": 0.07,
                     "ci_high": 0.2,
+                    "agreement_bu": 0.15,
                 },
             ]
         ).to_csv(reports / "fingerprint.csv", index=False)

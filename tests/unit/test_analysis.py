@@ -44,9 +44,11 @@ from guardpolicy.analysis.stats import percentile_interval
 from guardpolicy.analysis.xstest import pair_consistency, type_over_refusal
 from guardpolicy.config.analysis import LoadConfig
 from guardpolicy.config.params import load_params
+from guardpolicy.contracts import ContractError, read_frame
+from guardpolicy.contracts.analysis import ANALYSIS_TABLES
 from guardpolicy.errors import InputError
 from guardpolicy.layout import Layout
-from guardpolicy.stages.analyse import analyse, warn_unregistered
+from guardpolicy.stages.analyse import analyse, warn_unregistered, write_csv
 from guardpolicy.training import branches as plan_registry
 
 
@@ -494,6 +496,10 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
         lines = (out / name).read_text(encoding="utf-8").splitlines()
         assert lines[0] == header, name
         assert len(lines) > 1, name
+    # Exactly the tables that have a contract, each as its contract reads it back.
+    assert sorted(path.stem for path in out.glob("*.csv")) == sorted(ANALYSIS_TABLES)
+    for name, table in ANALYSIS_TABLES.items():
+        read_frame(table, out / f"{name}.csv")
     written = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert written == summary
     assert (written["models"], written["benchmarks"], written["bootstrap_samples"]) == (13, 4, 50)
@@ -589,6 +595,25 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
         InputError, match=r"fingerprint_labels.parquet: file not found.*dvc repro fingerprint"
     ):
         analyse(layout, evaluations=plan)
+
+
+def test_analyse_writes_a_table_only_when_it_passes_its_contract(tmp_path: Path) -> None:
+    xstest = ANALYSIS_TABLES["xstest"]
+    frame = pd.DataFrame(
+        [["m", "full", "homonyms", 25, 0.04, 0.0, None]], columns=list(xstest.names())
+    )  # a null interval bound (no items) is allowed: written empty
+    write_csv(tmp_path / "xstest.csv", frame, xstest)
+    assert (tmp_path / "xstest.csv").read_text(encoding="utf-8").splitlines()[
+        1
+    ] == "m,full,homonyms,25,0.04,0,"
+    with pytest.raises(ContractError) as caught:
+        write_csv(tmp_path / "broken.csv", frame.assign(n=2.5), xstest)
+    assert (caught.value.row, caught.value.field) == (1, "n")
+    with pytest.raises(ContractError, match="unexpected column"):
+        write_csv(tmp_path / "broken.csv", frame.assign(extra=1), xstest)
+    with pytest.raises(ContractError, match=r"duplicate .*model \+ subset \+ xstest_type is unique"):
+        write_csv(tmp_path / "broken.csv", pd.concat([frame, frame]), xstest)
+    assert not (tmp_path / "broken.csv").exists()
 
 
 def test_analyse_names_a_missing_predictions_file_and_column(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ from helpers.paths import REPO_ROOT
 
 from guardpolicy.contracts import (
     BENCHMARK,
-    CONTRACTS,
     DTYPES,
     FINGERPRINT,
     POLICY_LABELS,
@@ -27,12 +26,13 @@ from guardpolicy.contracts import (
     Family,
     check_frame,
     check_table,
-    contract,
     read_frame,
     read_table,
     require_columns,
     write_table,
 )
+from guardpolicy.contracts.analysis import ANALYSIS_SPAN_SCALE, ANALYSIS_TABLES
+from guardpolicy.contracts.catalog import CONTRACTS, contract
 from guardpolicy.contracts.docs import DOC, blocks, render, rendered
 from guardpolicy.errors import InputError
 from guardpolicy.layout import ARTIFACTS, Layout, fields
@@ -207,16 +207,22 @@ def test_every_parquet_artifact_has_a_contract() -> None:
     contract names a layout artifact; CSV artifacts are covered except those listed here."""
     tables = {name for name, artifact in ARTIFACTS.items() if artifact.template.endswith(".parquet")}
     assert tables <= set(CONTRACTS), f"table artifacts without a contract: {sorted(tables - set(CONTRACTS))}"
-    assert set(CONTRACTS) <= set(ARTIFACTS)
+    assert {table.artifact for table in CONTRACTS.values()} <= set(ARTIFACTS)
     csv = {name for name, artifact in ARTIFACTS.items() if artifact.template.endswith(".csv")}
     not_yet = {
-        # reports/analysis/*.csv: their columns live in guardpolicy.analysis (being reorganised); they become
-        # contracts (entries of CONTRACTS) when that lands.
-        "analysis_table",
         # reports/plots/*.csv: tidy inputs of `dvc plots`, one per plot, shaped by the plot definition.
         "plot_table",
     }
-    assert csv - not_yet <= set(CONTRACTS), sorted(csv - not_yet - set(CONTRACTS))
+    artifacts = {table.artifact for table in CONTRACTS.values()}
+    assert csv - not_yet <= artifacts, sorted(csv - not_yet - artifacts)
+    # reports/analysis/{table}.csv: one contract per table, `analysis_table:<table>`, written by analyse.
+    assert {name for name in CONTRACTS if name.startswith("analysis_table:")} == {
+        f"analysis_table:{table}" for table in ANALYSIS_TABLES
+    }
+    assert all(
+        t.writer == "analyse" and t.template == f"reports/analysis/{n}.csv"
+        for n, t in ANALYSIS_TABLES.items()
+    )
     for name, table in CONTRACTS.items():
         assert table.name == name and contract(name) is table
         assert set(table.fields) <= set(fields(ARTIFACTS[table.artifact].template)), name
@@ -251,13 +257,21 @@ def test_derived_names_match_the_taxonomy_and_params_shapes() -> None:
 
 
 def test_numeric_columns_follow_from_the_dtypes() -> None:
-    """A CSV table's number columns (what the report formats as numbers) are derived, never listed."""
+    """A CSV table's number columns (what the report formats as numbers) are derived, never listed: the
+    report's TABLES is each contract's fixed columns and its numeric ones."""
     assert FINGERPRINT.numeric() == ("n", "agree", "agreement", "ci_low", "ci_high", "agreement_bu")
     from guardpolicy.reporting.tables import TABLES
 
-    columns, numeric = TABLES["fingerprint"]
-    assert set(columns) <= set(FINGERPRINT.names())
-    assert tuple(numeric) == tuple(c for c in FINGERPRINT.numeric() if c in columns)
+    assert set(TABLES) == {*ANALYSIS_TABLES, "fingerprint"}
+    assert TABLES["fingerprint"] == (tuple(FINGERPRINT.names()), FINGERPRINT.numeric())
+    for name, table in ANALYSIS_TABLES.items():
+        fixed = {family.key: () for family in table.families}
+        assert TABLES[name] == (tuple(table.names(**fixed)), table.numeric(**fixed)), name
+    # span.csv's `range_<scale>` family is read as it comes; its counts are numbers, its text is not.
+    columns, numeric = TABLES["span"]
+    assert not any(c.startswith("range_") for c in columns) and numeric[-1] == "n_recipes"
+    assert "seeds" in TABLES["span_scale"][0] and "seeds" not in TABLES["span_scale"][1]
+    assert TABLES["scores"][1] == ("seed", "value", "ci_low", "ci_high", "n")
 
 
 def test_a_table_under_a_shared_template_is_one_more_entry(tmp_path: Path) -> None:
@@ -322,6 +336,7 @@ MEMBERS = {
     "pillar": TAXONOMY.pillar_names,
     "policy": POLICIES,
     "coarse": COARSE_CLASSES,
+    "scale": ["large", "small"],
 }
 
 
@@ -417,6 +432,39 @@ def test_the_real_files_of_this_checkout_pass_where_present() -> None:
         checked += 1
     if not checked:
         pytest.skip("no pipeline outputs in this checkout")
+
+
+@pytest.mark.parametrize("name", sorted(ANALYSIS_TABLES))
+def test_every_committed_analysis_table_passes_its_contract(name: str) -> None:
+    """reports/analysis/<table>.csv as stage analyse wrote it (committed with the study's results)."""
+    path = Layout(REPO_ROOT).path("analysis_table", table=name)
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    frame = read_frame(ANALYSIS_TABLES[name], path)
+    assert list(frame.columns) == [str(c) for c in pd.read_csv(path, nrows=0).columns]
+
+
+def test_the_committed_fingerprint_table_passes_its_contract() -> None:
+    path = Layout(REPO_ROOT).path("fingerprint")
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    read_frame(FINGERPRINT, path)
+
+
+def test_a_csv_reads_text_as_text_and_floats_as_floats(tmp_path: Path) -> None:
+    """What the analysis writer prints: seed counts `3` in a text column, floats without a fraction as `1`."""
+    path = tmp_path / "span_scale.csv"
+    row = {name: "0.5" for name in ANALYSIS_SPAN_SCALE.numeric()}
+    row |= {name: "x" for name in ANALYSIS_SPAN_SCALE.names() if name not in row}
+    row |= {"n_branches": "10", "n_recipes": "3", "seeds": "3", "delta": "1", "phi": ""}
+    header = ANALYSIS_SPAN_SCALE.names()
+    path.write_text(",".join(header) + "\n" + ",".join(row[c] for c in header) + "\n", encoding="utf-8")
+    frame = read_frame(ANALYSIS_SPAN_SCALE, path)
+    assert (frame["seeds"].iloc[0], frame["delta"].iloc[0], frame["n_recipes"].iloc[0]) == ("3", 1.0, 3)
+    assert frame["delta"].dtype == np.float64 and frame["phi"].isna().all()
+    path.write_text(path.read_text(encoding="utf-8").replace(",10,", ",ten,"), encoding="utf-8")
+    with pytest.raises(ContractError, match=r"row 1, field 'n_branches': expected int64, found str 'ten'"):
+        read_frame(ANALYSIS_SPAN_SCALE, path)
 
 
 # --------------------------------------------------------------------------------------------------- docs

@@ -31,6 +31,7 @@ from guardpolicy.analysis.matrices import (
 from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL
 from guardpolicy.analysis.stats import wilson_interval
 from guardpolicy.baselines import MODEL_PREFIX
+from guardpolicy.contracts.analysis import ANALYSIS_BASELINE_PARSE, ANALYSIS_CALIBRATION
 from guardpolicy.metrics import COPYRIGHT_BENCHMARK, applies, cap_rate, confusion, over_ref, over_ref_rate
 
 BASELINE_KIND = "baseline"
@@ -38,29 +39,9 @@ GUARD_SCALE = "guard"
 # Our mapping -> the guard's mapping with the same meaning.
 GUARD_MAPPING = {DEFAULT: "relaxed", BOUNDARY_UNSAFE: "strict"}
 PARSE_STATUSES = ("ok", "partial", "failed")
-PARSE_COLUMNS = ("model", "dataset", "n", *PARSE_STATUSES, "no_decision")
-CALIBRATION_COLUMNS = (
-    "guard",
-    "guard_mapping",
-    "mapping",
-    "model",
-    "kind",
-    "scale",
-    "branch",
-    "seed",
-    "calibration_split",
-    "calibration_n",
-    "target_over_ref",
-    "threshold",
-    "achieved_over_ref",
-    "benchmark",
-    "subset",
-    "metric",
-    "value",
-    "ci_low",
-    "ci_high",
-    "n",
-)
+# baseline_parse.csv and calibration.csv (their contracts in `guardpolicy.contracts`).
+PARSE_COLUMNS = tuple(ANALYSIS_BASELINE_PARSE.names())
+CALIBRATION_COLUMNS = tuple(ANALYSIS_CALIBRATION.names())
 
 
 def guard_model_name(guard: str) -> str:

@@ -25,37 +25,13 @@ from guardpolicy.analysis.matrices import DatasetMatrix
 from guardpolicy.analysis.scores import DrawStore, model_identity
 from guardpolicy.analysis.stats import percentile_interval
 from guardpolicy.config.analysis import TargetsConfig
+from guardpolicy.contracts.analysis import ANALYSIS_COMPETENCE, ANALYSIS_TRADEOFF
 from guardpolicy.metrics import cap, over_ref
 from guardpolicy.training.names import teacher_name
 
-COMPETENCE_COLUMNS = (
-    "model",
-    "kind",
-    "scale",
-    "branch",
-    "seed",
-    "benchmark",
-    "cap",
-    "ci_low",
-    "ci_high",
-    "interval",
-    "n",
-)
-TRADEOFF_COLUMNS = (
-    "model",
-    "kind",
-    "scale",
-    "branch",
-    "seed",
-    "judged_over_ref",
-    "min_cap",
-    "over_ref",
-    "min_cap_at_over_ref_bar",
-    "threshold_at_over_ref_bar",
-    "over_ref_at_cap_bar",
-    "threshold_at_cap_bar",
-    "both_reachable",
-)
+# competence.csv and tradeoff.csv (their contracts in `guardpolicy.contracts`).
+COMPETENCE_COLUMNS = tuple(ANALYSIS_COMPETENCE.names())
+TRADEOFF_COLUMNS = tuple(ANALYSIS_TRADEOFF.names())
 # competence.csv's row of the mean capture over the agreed-unsafe benchmarks.
 MEAN_AGREED = "mean:agreed_unsafe"
 TEACHER_KIND, BRANCH_KIND = "teacher", "branch"

@@ -32,20 +32,12 @@ from guardpolicy.analysis.sensitivity import (
     spans_at,
 )
 from guardpolicy.analysis.stats import spearman
+from guardpolicy.contracts.analysis import ANALYSIS_SWING_VS_SPAN
 from guardpolicy.layout import relative_path
 from guardpolicy.metrics import COPYRIGHT_BENCHMARK
 
-SWING_SPAN_COLUMNS = (
-    "scale",
-    "n_benchmarks",
-    "benchmarks",
-    "rho",
-    "p_value",
-    "ci_low",
-    "ci_high",
-    "swing_resampled",
-    "note",
-)
+# swing_vs_span.csv (`guardpolicy.contracts.ANALYSIS_SWING_VS_SPAN`).
+SWING_SPAN_COLUMNS = tuple(ANALYSIS_SWING_VS_SPAN.names())
 
 
 def _verdict(low: float | None, high: float | None, above: str, below: str) -> str:

@@ -20,20 +20,12 @@ from guardpolicy.analysis.sensitivity import (
     column_index,
 )
 from guardpolicy.analysis.stats import spearman
+from guardpolicy.contracts.analysis import ANALYSIS_CORRELATIONS
 from guardpolicy.errors import InputError
 from guardpolicy.metrics import confusion, gold_agreement
 
-CORRELATION_COLUMNS = (
-    "scale",
-    "val_policy",
-    "grouping",
-    "load",
-    "target",
-    "rho",
-    "p_value",
-    "n_models",
-    "note",
-)
+# correlations.csv (`guardpolicy.contracts.ANALYSIS_CORRELATIONS`).
+CORRELATION_COLUMNS = tuple(ANALYSIS_CORRELATIONS.names())
 
 
 def _gold_agreement(store: DrawStore, benchmark: str, subset: str, mapping: str) -> np.ndarray | None:

@@ -21,28 +21,11 @@ from guardpolicy.analysis.matrices import BENIGN, HARMFUL, MIXED, SPLIT_PREFIX, 
 from guardpolicy.analysis.scores import DrawStore, model_identity
 from guardpolicy.analysis.sensitivity import CAPABILITY_LOAD, GROUPINGS
 from guardpolicy.analysis.stats import percentile_interval
+from guardpolicy.contracts.analysis import ANALYSIS_HEADLINE
 from guardpolicy.metrics import auroc, cap, over_ref
 
-HEADLINE_COLUMNS = (
-    "model",
-    "kind",
-    "scale",
-    "branch",
-    "seed",
-    "grouping",
-    "benchmarks",
-    "n_sets",
-    "cap",
-    "cap_ci_low",
-    "cap_ci_high",
-    "auroc",
-    "auroc_negatives",
-    "matched_over_ref",
-    "threshold",
-    "calibration_over_ref",
-    "cap_matched",
-    "over_ref_matched",
-)
+# headline.csv (`guardpolicy.contracts.ANALYSIS_HEADLINE`).
+HEADLINE_COLUMNS = tuple(ANALYSIS_HEADLINE.names())
 
 
 def _capability_sets(

@@ -17,18 +17,11 @@ from guardpolicy.analysis.baselines import BASELINE_KIND
 from guardpolicy.analysis.competence import BRANCH_KIND
 from guardpolicy.analysis.matrices import BOUNDARY_UNSAFE, DEFAULT
 from guardpolicy.analysis.scores import MEAN_BENIGN
+from guardpolicy.contracts.analysis import ANALYSIS_MAPPING_EFFECT_BY_MODEL, ANALYSIS_MAPPING_VS_RETRAINING
 
-MAPPING_BY_MODEL_COLUMNS = (
-    "model",
-    "subset",
-    "n_benchmarks",
-    "mean_change",
-    "largest_benchmark",
-    "largest_over_ref_default",
-    "largest_over_ref_boundary_unsafe",
-    "largest_change",
-)
-LEVER_COLUMNS = ("lever", "model", "scale", "subset", "n_models", "over_ref_from", "over_ref_to", "change")
+# mapping_effect_by_model.csv and mapping_vs_retraining.csv (their contracts in `guardpolicy.contracts`).
+MAPPING_BY_MODEL_COLUMNS = tuple(ANALYSIS_MAPPING_EFFECT_BY_MODEL.names())
+LEVER_COLUMNS = tuple(ANALYSIS_MAPPING_VS_RETRAINING.names())
 MAPPING_LEVER, RETRAINING_LEVER = "mapping", "retraining"
 # Changes are differences of rates (k / n), so two equal changes can differ by float rounding (0.70 − 0.56 and
 # 0.448 − 0.308 are both 0.14, one a hair below it, one above): sizes are compared at 12 decimals, far below

@@ -11,22 +11,10 @@ import pandas as pd
 from guardpolicy.analysis.scores import DrawStore
 from guardpolicy.analysis.sensitivity import branch_models, column_index, primary_results
 from guardpolicy.analysis.stats import TWO_SIDED, rank_stability, rank_test
+from guardpolicy.contracts.analysis import ANALYSIS_RANK_TEST
 
-RANK_TEST_COLUMNS = (
-    "benchmark",
-    "scale",
-    "subset",
-    "mapping",
-    "set_name",
-    "k",
-    "n",
-    "direction",
-    "extreme",
-    "p_value",
-    "null_probability",
-    "hit",
-    "stability",
-)
+# rank_test.csv (`guardpolicy.contracts.ANALYSIS_RANK_TEST`).
+RANK_TEST_COLUMNS = tuple(ANALYSIS_RANK_TEST.names())
 
 
 def rank_test_table(

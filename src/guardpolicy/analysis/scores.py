@@ -42,6 +42,7 @@ from guardpolicy.analysis.stats import (
     percentile_interval,
     wilson_interval,
 )
+from guardpolicy.contracts.analysis import ANALYSIS_MAPPING_EFFECT, ANALYSIS_SCORES
 from guardpolicy.metrics import (
     BINARY_METRICS,
     applies,
@@ -66,27 +67,11 @@ BOOTSTRAP, WILSON = "bootstrap", "wilson"
 MEAN_PREFIX = "mean:"
 MEAN_HARMFUL, MEAN_BENIGN = f"{MEAN_PREFIX}{HARMFUL}", f"{MEAN_PREFIX}{BENIGN}"
 ROLE_MEANS = {HARMFUL: (MEAN_HARMFUL, "cap"), BENIGN: (MEAN_BENIGN, "over_ref")}
-MODEL_INFO_COLUMNS = ("model", "kind", "scale", "branch", "seed", "recipe")
-SCORE_COLUMNS = (
-    *MODEL_INFO_COLUMNS,
-    "benchmark",
-    "subset",
-    "mapping",
-    "metric",
-    "value",
-    "ci_low",
-    "ci_high",
-    "interval",
-    "n",
-)
-MAPPING_EFFECT_COLUMNS = (
-    "model",
-    "benchmark",
-    "subset",
-    "over_ref_default",
-    "over_ref_boundary_unsafe",
-    "change",
-)
+# scores.csv and mapping_effect.csv: their contracts' columns (guardpolicy.contracts); the plan's model
+# columns are the first of scores.csv.
+MODEL_INFO_COLUMNS = ANALYSIS_SCORES.select("model", "kind", "scale", "branch", "seed", "recipe")
+SCORE_COLUMNS = tuple(ANALYSIS_SCORES.names())
+MAPPING_EFFECT_COLUMNS = tuple(ANALYSIS_MAPPING_EFFECT.names())
 
 
 @dataclass(frozen=True)

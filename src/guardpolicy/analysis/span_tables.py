@@ -18,61 +18,11 @@ import numpy as np
 import pandas as pd
 
 from guardpolicy.analysis.sensitivity import Span, finite, interval
+from guardpolicy.contracts.analysis import ANALYSIS_NOISE_FLOOR, ANALYSIS_SPAN, ANALYSIS_SPAN_SCALE
 
-NOISE_FLOOR_COLUMNS = (
-    "recipe",
-    "scale",
-    "benchmark",
-    "subset",
-    "mapping",
-    "seeds",
-    "spread",
-    "ci_low",
-    "ci_high",
-)
-# span.csv: these, then `range_<scale>` per scale, then SPAN_TRAILING_COLUMNS.
-SPAN_LEADING_COLUMNS = (
-    "benchmark",
-    "subset",
-    "mapping",
-    "load",
-    "study_load",
-    "swing",
-    "primary_metric",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-)
-SPAN_TRAILING_COLUMNS = ("phi", "phi_ci_low", "phi_ci_high", "phi_max", "n_recipes")
-SPAN_SCALE_COLUMNS = (
-    "benchmark",
-    "subset",
-    "mapping",
-    "scale",
-    "load",
-    "study_load",
-    "swing",
-    "primary_metric",
-    "n_branches",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-    "phi",
-    "phi_ci_low",
-    "phi_ci_high",
-    "n_recipes",
-    "seeds",
-    "difference",
-    "difference_ci_low",
-    "difference_ci_high",
-    "noise_range",
-    "noise_range_ci_low",
-    "noise_range_ci_high",
-    "excess",
-    "excess_ci_low",
-    "excess_ci_high",
-    "verdict",
-)
+# The tables' columns, from their contracts (guardpolicy.contracts); span.csv's `range_<scale>` is a family.
+NOISE_FLOOR_COLUMNS = tuple(ANALYSIS_NOISE_FLOOR.names())
+SPAN_SCALE_COLUMNS = tuple(ANALYSIS_SPAN_SCALE.names())
 # Verdicts of span_scale.csv (the text before the colon).
 COMPETENCE, EXCEEDS_NOISE, WITHIN_NOISE, INDISTINGUISHABLE, UNDETERMINED = (
     "competence",
@@ -117,7 +67,7 @@ def span_table(spans: Sequence[Span], confidence: float) -> pd.DataFrame:
                 "n_recipes": len(span.spreads),
             }
         )
-    columns = [*SPAN_LEADING_COLUMNS, *(f"range_{scale}" for scale in scales), *SPAN_TRAILING_COLUMNS]
+    columns = ANALYSIS_SPAN.names(scale=scales)  # `range_<scale>` per scale among the fixed columns
     table = pd.DataFrame(rows, columns=columns)
     return table.sort_values(["benchmark", "subset", "mapping"], kind="stable").reset_index(drop=True)
 

@@ -14,11 +14,13 @@ import pandas as pd
 
 from guardpolicy.analysis.matrices import SUBSETS, DatasetMatrix
 from guardpolicy.analysis.stats import wilson_interval
+from guardpolicy.contracts.analysis import ANALYSIS_XSTEST, ANALYSIS_XSTEST_PAIRS
 from guardpolicy.metrics import confusion, over_ref_rate
 
 XSTEST = "xstest"
-TYPE_COLUMNS = ("model", "subset", "xstest_type", "n", "over_ref", "ci_low", "ci_high")
-PAIR_COLUMNS = ("model", "subset", "pairs", "consistent", "consistency", "ci_low", "ci_high")
+# xstest.csv and xstest_pairs.csv (their contracts in `guardpolicy.contracts`).
+TYPE_COLUMNS = tuple(ANALYSIS_XSTEST.names())
+PAIR_COLUMNS = tuple(ANALYSIS_XSTEST_PAIRS.names())
 
 
 def type_over_refusal(

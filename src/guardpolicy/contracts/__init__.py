@@ -3,7 +3,8 @@
 The writers check a table against its contract before writing it, the readers check what they read, and
 docs/data-contracts.md's column tables are rendered from the same data (`guardpolicy contracts
 --write-docs`; `guardpolicy.contracts.docs`). The contracts are in `tables`, the vocabulary and the checks in
-`model`.
+`model`; stage analyse's tables (reports/analysis/<table>.csv) in `contracts.analysis` (not re-exported
+here: see `contracts.tables`), and every contract in `contracts.catalog`.
 """
 
 from guardpolicy.contracts.model import (
@@ -26,7 +27,7 @@ from guardpolicy.contracts.tables import (
     BASELINE_PREDICTIONS,
     BENCHMARK,
     CLEAN_BENCHMARK,
-    CONTRACTS,
+    DATA_CONTRACTS,
     FINGERPRINT,
     FINGERPRINT_LABELS,
     GUARD_COLUMNS,
@@ -35,14 +36,13 @@ from guardpolicy.contracts.tables import (
     PREDICTIONS,
     SPLIT,
     TEACHER_LOGITS,
-    contract,
 )
 
 __all__ = [
     "BASELINE_PREDICTIONS",
     "BENCHMARK",
     "CLEAN_BENCHMARK",
-    "CONTRACTS",
+    "DATA_CONTRACTS",
     "DTYPES",
     "FINGERPRINT",
     "FINGERPRINT_LABELS",
@@ -61,7 +61,6 @@ __all__ = [
     "Members",
     "check_frame",
     "check_table",
-    "contract",
     "read_frame",
     "read_table",
     "require_columns",

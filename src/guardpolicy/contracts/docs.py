@@ -3,8 +3,8 @@
 The page is prose written by hand; each table contract's column table sits between
 ``<!-- contract:<name> -->`` and ``<!-- /contract -->`` (the contract's name: its artifact, e.g. ``pool``, or
 ``analysis_table:scores`` where one template holds several tables) and is rewritten from
-`guardpolicy.contracts.CONTRACTS` by ``guardpolicy contracts --write-docs``. ``guardpolicy contracts`` alone
-checks the page is current (a unit test does too).
+`guardpolicy.contracts.catalog.CONTRACTS` by ``guardpolicy contracts --write-docs``. ``guardpolicy contracts``
+alone checks the page is current (a unit test does too).
 No stage imports this module: rewording the page never reruns one.
 """
 
@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from guardpolicy.contracts.catalog import CONTRACTS
 from guardpolicy.contracts.model import Column, Contract
-from guardpolicy.contracts.tables import CONTRACTS
 from guardpolicy.errors import ConfigError
 from guardpolicy.layout import Layout
 

@@ -539,15 +539,31 @@ def read_frame(
     hint: str | None = None,
     **members: Members,
 ) -> pd.DataFrame:
-    """`read_table` as a pandas frame; a CSV artifact is read with only empty cells as nulls, then checked."""
+    """`read_table` as a pandas frame; a CSV artifact is read with only empty cells as nulls, its string
+    columns as text (a cell such as `3` stays the text it was written as) and its float columns as floats
+    (a writer may print 1.0 as `1`), then checked."""
     if contract.format != "csv":
         return read_table(contract, path, columns=columns, hint=hint, **members).to_pandas()
     path = Path(path)
     if not path.is_file():
         raise InputError(path, f"file not found; {hint or f'run `dvc repro {contract.writer}` first'}")
-    frame = pd.read_csv(path, keep_default_na=False, na_values=[""], usecols=columns)
+    header = [str(name) for name in pd.read_csv(path, nrows=0).columns]
+    text = {name: str for name in header if _dtypes_of(contract, name) == ("string",)}
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""], usecols=columns, dtype=text)
+    for name in frame.columns:
+        dtypes = _dtypes_of(contract, str(name))
+        if frame[name].dtype.kind in "iu" and dtypes and set(dtypes) <= {"float32", "float64"}:
+            frame[name] = frame[name].astype("float64")
     check_frame(contract, frame, path, columns=columns, **members)
     return frame
+
+
+def _dtypes_of(contract: Contract, name: str) -> tuple[str, ...]:
+    """The dtypes a column of that name may have under `contract` (none: not one of its columns)."""
+    family = _family_of(contract, name)
+    if family is not None:
+        return family.dtypes
+    return (contract.column(name).dtype,) if name in {c.name for c in contract.columns} else ()
 
 
 def write_table(contract: Contract, path: str | Path, table: pa.Table, **members: Members) -> None:

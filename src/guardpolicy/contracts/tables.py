@@ -1,8 +1,11 @@
 """Every table a stage writes, as data: its columns in order, dtypes, nulls, meaning (docs/data-contracts.md's
 column tables are rendered from these), keyed by the artifact names of `guardpolicy.layout.ARTIFACTS`.
 
-Adding a table is adding an entry to `CONTRACTS` (a CSV's numeric columns follow from its dtypes); several
-tables under one template (reports/analysis/{table}.csv) are one contract each, `fields={"table": ...}`.
+Adding a table is adding an entry to `DATA_CONTRACTS` (a CSV's numeric columns follow from its dtypes). Stage
+analyse's tables (reports/analysis/{table}.csv, one contract each with `fields={"table": ...}`) live apart,
+in `contracts.analysis`, so that rewording an analysis column's meaning changes the code deps of analyse,
+report and guard_card@ only, never of the data and training stages that import this module;
+`contracts.catalog` gathers both for the docs and the tests.
 """
 
 from __future__ import annotations
@@ -275,7 +278,8 @@ FINGERPRINT_LABELS = Contract(
     key=("benchmark", "id", "policy"),
 )
 
-CONTRACTS: Mapping[str, Contract] = {
+# The data layer's tables (stage analyse's CSVs are in contracts.analysis; contracts.catalog has both).
+DATA_CONTRACTS: Mapping[str, Contract] = {
     contract.name: contract
     for contract in (
         BENCHMARK,
@@ -290,11 +294,3 @@ CONTRACTS: Mapping[str, Contract] = {
         FINGERPRINT_LABELS,
     )
 }
-
-
-def contract(name: str) -> Contract:
-    """The contract of a table artifact (a `guardpolicy.layout.ARTIFACTS` name, `:<field value>` added where
-    one template holds several tables)."""
-    if name not in CONTRACTS:
-        raise KeyError(f"no table contract {name!r}; known: {sorted(CONTRACTS)}")
-    return CONTRACTS[name]

@@ -85,6 +85,8 @@ from guardpolicy.config.core import ParamsFile
 from guardpolicy.config.evaluation import EVALUATION, EvaluationConfig
 from guardpolicy.config.policies import POLICIES, PolicyParams
 from guardpolicy.config.profiles import ProfileConfig, active_profile
+from guardpolicy.contracts import Contract, check_frame
+from guardpolicy.contracts.analysis import ANALYSIS_TABLES
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import atomic_path, read_json, write_json
@@ -286,8 +288,9 @@ def check_evaluations(evaluations: Mapping[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: evaluations.{model}: missing key(s) {missing}")
 
 
-def write_csv(path: Path, frame: pd.DataFrame) -> None:
-    """A table as CSV, atomically: one header row, floats with 6 significant digits, nulls empty."""
+def write_csv(path: Path, frame: pd.DataFrame, contract: Contract) -> None:
+    """A table as CSV, atomically, once it passes its contract: one header row, floats with 6 significant
+    digits, nulls empty."""
     frame = frame.copy()
     for name in frame.columns:
         column = frame[name]
@@ -297,6 +300,7 @@ def write_csv(path: Path, frame: pd.DataFrame) -> None:
             for value in column
         ):
             frame[name] = column.astype("float64")
+    check_frame(contract, frame, path)
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
 
@@ -544,7 +548,7 @@ def analyse(
     }
     for name, table in tables.items():
         path = layout.path("analysis_table", table=name.removesuffix(".csv"))
-        write_csv(path, table)
+        write_csv(path, table, ANALYSIS_TABLES[name.removesuffix(".csv")])
         log.info("analyse: wrote %s (%d rows)", path, len(table))
     write_json(layout.path("summary"), summary)
     log.info(

@@ -1,0 +1,24 @@
+"""Every table contract, the data layer's and stage analyse's, by registry name (the artifact name of
+`guardpolicy.layout.ARTIFACTS`, `:<table>` added for the analysis CSVs). For the docs and the tests; no
+stage imports it (each imports only the contracts of the tables it reads or writes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from guardpolicy.contracts.analysis import ANALYSIS_TABLES
+from guardpolicy.contracts.model import Contract
+from guardpolicy.contracts.tables import DATA_CONTRACTS
+
+CONTRACTS: Mapping[str, Contract] = {
+    **DATA_CONTRACTS,
+    **{contract.name: contract for contract in ANALYSIS_TABLES.values()},
+}
+
+
+def contract(name: str) -> Contract:
+    """The contract of a table artifact (a `guardpolicy.layout.ARTIFACTS` name, `:<field value>` added where
+    one template holds several tables)."""
+    if name not in CONTRACTS:
+        raise KeyError(f"no table contract {name!r}; known: {sorted(CONTRACTS)}")
+    return CONTRACTS[name]
