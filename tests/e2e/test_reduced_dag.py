@@ -191,6 +191,51 @@ def test_a_docstring_edit_in_a_module_of_one_stage_reruns_only_that_stage(reduce
         run([DVC, "repro"], work, env)  # back to the committed code for the tests below
 
 
+def test_a_key_added_to_one_params_section_reruns_only_the_stages_that_read_that_section(reduced_repo):
+    """Each params section has its own schema module (guardpolicy.config), imported only by the stages that
+    read the section: adding a key to section `fingerprint` (its schema module and params.yaml) makes stale
+    exactly the stages whose dvc.yaml `params:` read that section, and `dvc repro` (running the edited code:
+    PYTHONPATH points at the workspace's src) reruns them and then only what reads an output that changed."""
+    work, env, _ = reduced_repo
+    schema = work / "src" / "guardpolicy" / "config" / "fingerprint.py"
+    params_file = work / "params.yaml"
+    originals = {path: path.read_text(encoding="utf-8") for path in (schema, params_file)}
+    field = '    facts_file: str = relative_path("benchmark_facts")\n'
+    assert field in originals[schema]
+    schema.write_text(
+        originals[schema].replace(field, field + '    added_key: str = "an added key"\n'), encoding="utf-8"
+    )
+    assert "\nfingerprint:\n  facts_file:" in originals[params_file]
+    params_file.write_text(
+        originals[params_file].replace("\nfingerprint:\n", "\nfingerprint:\n  added_key: an added key\n"),
+        encoding="utf-8",
+    )
+    pipeline = yaml.safe_load((work / "dvc.yaml").read_text(encoding="utf-8"))
+    reads_section = set()
+    for name, stage in pipeline["stages"].items():
+        keys = [k for entry in stage.get("do", stage).get("params", []) for k in _param_keys(entry)]
+        if any(k == "fingerprint" or k.startswith("fingerprint.") for k in keys):
+            reads_section.add(name)
+    assert reads_section == {"fingerprint"}, reads_section
+    edited_env = {**env, "PYTHONPATH": str(work / "src")}
+    try:
+        stale = set(json.loads(run([DVC, "status", "--json"], work, edited_env).stdout))
+        assert stale == reads_section
+        ran = ran_stages(run([DVC, "repro"], work, edited_env))
+        assert reads_section <= ran <= reads_section | {"timings"}, ran
+    finally:
+        for path, text in originals.items():
+            path.write_text(text, encoding="utf-8")
+        run([DVC, "repro"], work, env)  # back to the committed code and params for the tests below
+
+
+def _param_keys(entry) -> list[str]:
+    """A dvc.yaml `params:` entry's keys: a plain key, or {file: [keys]}."""
+    if isinstance(entry, str):
+        return [entry]
+    return [key for keys in entry.values() for key in keys]
+
+
 def test_one_params_change_reruns_exactly_the_stages_that_read_it(reduced_repo):
     """E8's distillation weight is read by train@small-E8 only: it and what depends on it rerun, nothing else.
 
