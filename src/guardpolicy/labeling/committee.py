@@ -200,6 +200,10 @@ class AnswerCache:
 class ChatClient:
     """POST {base_url}/chat/completions; retries 429 / 5xx / connection errors with exponential backoff."""
 
+    # Who answers (messages, logs) and what a failure raises; the open-guard server client overrides both.
+    role = "judge"
+    error: type[Exception] = CommitteeError
+
     def __init__(
         self,
         base_url: str,
@@ -245,6 +249,12 @@ class ChatClient:
             "max_tokens": max_tokens,
             "seed": seed,
         }
+        return _reply_text(self.post(body))
+
+    def post(self, body: dict[str, Any]) -> requests.Response:
+        """POST `body` until a 200 reply: connection errors and RETRY_STATUSES are retried with backoff (and
+        Retry-After), any other status or the last failure raises `error`, naming the `role` and model."""
+        who = f"{self.role} {body['model']!r} at {self.url}"
         problem = ""
         for attempt in range(self.max_retries + 1):
             response = None
@@ -258,14 +268,16 @@ class ChatClient:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
                 if response.status_code == 200:
-                    return _reply_text(response)
+                    return response
                 problem = f"HTTP {response.status_code}: {response.text[:200]!r}"
                 if response.status_code not in RETRY_STATUSES:
-                    raise CommitteeError(f"judge {model!r} at {self.url}: {problem}")
+                    raise self.error(f"{who}: {problem}")
             if attempt < self.max_retries:
-                log.warning("judge %s: %s; retry %d/%d", model, problem, attempt + 1, self.max_retries)
+                log.warning(
+                    "%s %s: %s; retry %d/%d", self.role, body["model"], problem, attempt + 1, self.max_retries
+                )
                 self._wait(attempt, response)
-        raise CommitteeError(f"judge {model!r} at {self.url}: {problem} after {self.max_retries} retries")
+        raise self.error(f"{who}: {problem} after {self.max_retries} retries")
 
 
 def _reply_text(response: requests.Response) -> str | None:

@@ -22,13 +22,12 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
-import requests
 from tqdm import tqdm
 
 from guardpolicy.baselines.backends.common import PROBE_PROMPT, BackendError, all_answered, log_throughput
 from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter, PromptTokens
 from guardpolicy.errors import ConfigError
-from guardpolicy.labeling.committee import RETRY_STATUSES, ChatClient
+from guardpolicy.labeling.committee import ChatClient
 
 log = logging.getLogger(__name__)
 
@@ -91,35 +90,16 @@ def _check_top_logprobs(decoding: Decoding) -> None:
 class _CompletionsClient(ChatClient):
     """The committee's chat client (per-thread sessions, backoff, Retry-After), any request body."""
 
+    role = "guard"
+    error = BackendError
+
     def post_json(self, body: dict[str, Any]) -> Any:
         """The decoded JSON reply, or None when a 200 reply is not JSON; raises BackendError on failure."""
-        problem = ""
-        for attempt in range(self.max_retries + 1):
-            response = None
-            with self._count_lock:
-                self.requests_sent += 1
-            try:
-                response = self._session().post(
-                    self.url, json=body, headers=self.headers, timeout=self.timeout_s
-                )
-            except requests.RequestException as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code == 200:
-                    try:
-                        return response.json()
-                    except ValueError:
-                        return None
-                problem = f"HTTP {response.status_code}: {response.text[:200]!r}"
-                if response.status_code not in RETRY_STATUSES:
-                    raise BackendError(f"guard {body['model']!r} at {self.url}: {problem}")
-            if attempt < self.max_retries:
-                model = body["model"]
-                log.warning("guard %s: %s; retry %d/%d", model, problem, attempt + 1, self.max_retries)
-                self._wait(attempt, response)
-        raise BackendError(
-            f"guard {body['model']!r} at {self.url}: {problem} after {self.max_retries} retries"
-        )
+        response = self.post(body)
+        try:
+            return response.json()
+        except ValueError:
+            return None
 
 
 def generation_from_reply(reply: Any, adapter: GuardAdapter, candidates: Sequence[str]) -> Generation:
