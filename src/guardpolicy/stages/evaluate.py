@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.errors import InputError
 from guardpolicy.evaluation.features import check_features, read_features, tokenizer_sha256
 from guardpolicy.evaluation.inputs import evaluation_items, load_checkpoint
 from guardpolicy.evaluation.items import item_keys
@@ -35,7 +35,7 @@ from guardpolicy.preconditions import require_current_plan
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
 from guardpolicy.training.cards import CARD_JSON, card_facts
-from guardpolicy.training.names import read_plan_document
+from guardpolicy.training.names import planned_entry
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,7 @@ def evaluate(model: str, layout: Layout | None = None) -> dict[str, Any]:
     plan_file = layout.relative("plan")
     params = EvaluationParams.read(layout.path("params"))
     require_current_plan(layout)
-    evaluations = read_plan_document(layout.path("plan"))["evaluations"]
-    if model not in evaluations:
-        raise ConfigError(f"{plan_file}: evaluations: no model {model!r}; planned: {sorted(evaluations)}")
-    entry = evaluations[model]
+    entry = planned_entry(layout.path("plan"), "evaluations", model, plan_file)
     taxonomy = load_taxonomy(layout.path("taxonomy"))
     policies = list(params.policies)
     model_dir = layout.root / entry["model_dir"]

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from guardpolicy.errors import ConfigError
 from guardpolicy.evaluation.features import tokenizer_sha256, write_features
 from guardpolicy.evaluation.inputs import evaluation_items, load_checkpoint
 from guardpolicy.evaluation.items import item_keys
@@ -25,7 +24,7 @@ from guardpolicy.evaluation.settings import EvaluationParams, eval_max_length, p
 from guardpolicy.layout import Layout
 from guardpolicy.preconditions import require_current_plan
 from guardpolicy.timing import note_work
-from guardpolicy.training.names import read_plan_document
+from guardpolicy.training.names import planned_entry
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +39,9 @@ def features(model: str, layout: Layout | None = None) -> dict[str, Any]:
     plan_file = layout.relative("plan")
     params = EvaluationParams.read(layout.path("params"))
     require_current_plan(layout)
-    feature_models = read_plan_document(layout.path("plan"))["feature_models"]
-    if model not in feature_models:
-        raise ConfigError(
-            f"{plan_file}: feature_models: no model {model!r}; planned: {sorted(feature_models)}"
-        )
+    planned = planned_entry(layout.path("plan"), "feature_models", model, plan_file)
     # The plan names folders relative to the root; the features file records that name, not where the root is.
-    planned_dir = feature_models[model]["model_dir"]
+    planned_dir = planned["model_dir"]
     model_dir = layout.root / planned_dir
     items, _ = evaluation_items(params.policies, params.evaluation.splits, layout)
     max_length = eval_max_length(params)
@@ -57,9 +52,7 @@ def features(model: str, layout: Layout | None = None) -> dict[str, Any]:
         "features %s: backbone of %s over %d items, max_length %d", model, model_dir, len(items), max_length
     )
     rows, where = (
-        prefix_rows(params, feature_models[model]["scale"], items, layout)
-        if guard.config.frozen_layers
-        else (None, "")
+        prefix_rows(params, planned["scale"], items, layout) if guard.config.frozen_layers else (None, "")
     )
     scores = run_guard(
         guard,

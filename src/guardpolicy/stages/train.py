@@ -20,13 +20,12 @@ from guardpolicy.config.core import ParamsFile
 from guardpolicy.config.profiles import active_profile
 from guardpolicy.config.scales import SCALES, scale_encoder
 from guardpolicy.config.training import TRAINING
-from guardpolicy.errors import ConfigError
 from guardpolicy.layout import Layout
 from guardpolicy.preconditions import require_current_plan
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
 from guardpolicy.training.datasets import AnchorRequest, resolve_anchor_count
-from guardpolicy.training.names import read_plan_document
+from guardpolicy.training.names import planned_entry
 from guardpolicy.training.runs import ScaleEncoder, TrainingRun, recipe_fields, train_run
 
 log = logging.getLogger(__name__)
@@ -40,10 +39,7 @@ def train(model_name: str, layout: Layout | None = None) -> dict[str, Any]:
     params_file, plan_file = layout.relative("params"), layout.relative("plan")
     taxonomy = load_taxonomy(layout.path("taxonomy"))
     require_current_plan(layout, rules=True)
-    plan = read_plan_document(layout.path("plan"))["models"]
-    if model_name not in plan:
-        raise ConfigError(f"{plan_file}: no model {model_name!r}; planned: {sorted(plan)}")
-    entry = plan[model_name]
+    entry = planned_entry(layout.path("plan"), "models", model_name, plan_file)
     params = ParamsFile.read(layout.path("params"))
     branches, anchor_sets, training = params.load(BRANCHES), params.load(ANCHOR_SETS), params.load(TRAINING)
     _, profile = active_profile(params)

@@ -49,3 +49,12 @@ def read_plan_document(plan_file: str | Path = PLAN_FILE) -> dict[str, dict[str,
         found = document.get(section)
         sections[section] = found if isinstance(found, dict) else {}
     return sections
+
+
+def planned_entry(plan_file: str | Path, section: str, model: str, where: str) -> dict[str, Any]:
+    """`model`'s entry in the committed plan's `section`; a ConfigError naming `where` (the plan as the user
+    knows it) and the planned models when it has none."""
+    entries = read_plan_document(plan_file)[section]
+    if model not in entries:
+        raise ConfigError(f"{where}: {section}: no model {model!r}; planned: {sorted(entries)}")
+    return entries[model]
