@@ -95,6 +95,28 @@ def planted_value(
     return round(((model_index * 37 + benchmark_index * 11 + metric_index * 5 + offset) % 97) / 100, 3)
 
 
+def benchmarks_table(small_set_n: int = 100) -> pd.DataFrame:
+    """benchmarks.csv of the planted benchmarks: a mixed set has `n` prompts of each class."""
+    rows = []
+    for benchmark, (role, _, n) in sorted(BENCHMARKS.items()):
+        n_unsafe = 0 if role == "benign" else n
+        n_safe = 0 if role == "harmful" else n
+        for subset in ("full", "clean"):
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "subset": subset,
+                    "role": role,
+                    "n_items": n_unsafe + n_safe,
+                    "n_unsafe": n_unsafe,
+                    "n_safe": n_safe,
+                    "n_scored": n,
+                    "small_set": n < small_set_n,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def scores_table() -> pd.DataFrame:
     rows = []
     for m_index, model in enumerate(models_table()):
@@ -545,6 +567,7 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> Layout:
     """A run's inputs to stage report under `root`, laid out as the repository; returns its layout."""
     analysis = root / "reports" / "analysis"
     analysis.mkdir(parents=True)
+    benchmarks_table().to_csv(analysis / "benchmarks.csv", index=False)
     scores_table().to_csv(analysis / "scores.csv", index=False)
     span_table().to_csv(analysis / "span.csv", index=False)
     rank_rows = [

@@ -225,8 +225,10 @@ def test_analyse_reads_every_configured_guard(tmp_path: Path) -> None:
     summary = analyse(**kwargs)
     assert summary["models"] == plain["models"]  # the guard is not one of our models
     entry = summary["baselines"][GUARD]
-    assert set(entry) >= {"relaxed", "strict", "over_ref_change_strict_minus_relaxed", "parse_failed"}
+    assert set(entry) >= {"relaxed", "strict", "parse_ok", "parse_partial", "parse_failed"}
+    assert "over_ref_change_strict_minus_relaxed" not in entry  # mapping_vs_retraining.csv's `mapping` row
     assert entry["parse_failed"] == entry["no_decision"] > 0
+    assert entry["parse_ok"] + entry["parse_partial"] + entry["parse_failed"] == entry["parse_items"]
     assert entry["parse_items"] == len(source) > entry["parse_failed"]  # every item the guard was asked
     calibration = pd.read_csv(out / "calibration.csv")
     assert set(calibration["guard"]) == {GUARD_MODEL}
@@ -321,9 +323,9 @@ def test_report_table2_and_calibrated_comparison(monkeypatch: pytest.MonkeyPatch
     picked = []
     pick = headline.branch_headline
 
-    def counted(scores: pd.DataFrame, **kwargs) -> pd.DataFrame:
+    def counted(scores: pd.DataFrame, benchmarks: pd.DataFrame, **kwargs) -> pd.DataFrame:
         picked.append(kwargs["mapping"])
-        return pick(scores, **kwargs)
+        return pick(scores, benchmarks, **kwargs)
 
     monkeypatch.setattr(headline, "branch_headline", counted)
     text = report(layout)

@@ -32,6 +32,7 @@ from guardpolicy.analysis.ranks import rank_test_table
 from guardpolicy.analysis.scores import (
     DrawStore,
     MetricDraws,
+    benchmark_table,
     compute_draws,
     mapping_effect_table,
     model_frame,
@@ -455,10 +456,54 @@ def test_pair_consistency_and_type_over_refusal_on_a_crafted_slice() -> None:
     assert homonyms["over_ref"] == pytest.approx(1 / 3)
 
 
+def _gold_matrix(name: str, role: str, unsafe: list[bool], clean: list[bool]) -> DatasetMatrix:
+    n = len(unsafe)
+    decisions = np.zeros((n, 1), dtype=bool)
+    return DatasetMatrix(
+        name=name,
+        role=role,
+        ids=np.array([f"{name}{i}" for i in range(n)]),
+        clean=np.array(clean, dtype=bool),
+        expected_unsafe=np.array(unsafe, dtype=bool),
+        category=np.full(n, None, dtype=object),
+        pair_id=np.full(n, None, dtype=object),
+        decisions={"default": decisions, "boundary_unsafe": decisions},
+        scores={"default": decisions.astype(np.float32), "boundary_unsafe": decisions.astype(np.float32)},
+    )
+
+
+def test_benchmark_table_counts_roles_and_small_sets() -> None:
+    matrices = [
+        # A mixed set whose clean subset keeps only safe prompts: benign there.
+        _gold_matrix("mix", "mixed", [True, True, False, False, False], [False, False, True, True, False]),
+        _gold_matrix("harm", "harmful", [True] * 4, [True] * 4),
+        # A split is not a benchmark; a subset without items has no row.
+        _gold_matrix("split:val", "split", [False] * 3, [True] * 3),
+        _gold_matrix("gone", "benign", [False, False], [False, False]),
+    ]
+    table = benchmark_table(matrices, small_set_n=3)
+    assert list(table.columns) == ANALYSIS_TABLES["benchmarks"].names()
+    rows = {(r.benchmark, r.subset): r for r in table.itertuples(index=False)}
+    assert list(rows) == [
+        ("gone", "full"),
+        ("harm", "full"),
+        ("harm", "clean"),
+        ("mix", "full"),
+        ("mix", "clean"),
+    ]
+    mix_full, mix_clean = rows[("mix", "full")], rows[("mix", "clean")]
+    assert (mix_full.role, mix_full.n_items, mix_full.n_unsafe, mix_full.n_safe) == ("mixed", 5, 2, 3)
+    assert (mix_full.n_scored, mix_full.small_set) == (3, False)  # the larger class of a mixed set
+    assert (mix_clean.role, mix_clean.n_scored, mix_clean.small_set) == ("benign", 2, True)
+    assert (rows[("harm", "clean")].role, rows[("harm", "clean")].n_scored) == ("harmful", 4)
+    assert (rows[("gone", "full")].role, rows[("gone", "full")].small_set) == ("benign", True)
+
+
 # --------------------------------------------------------------------------------------- the stage itself
 
 
 EXPECTED_FILES = {
+    "benchmarks.csv": "benchmark,subset,role,n_items,n_unsafe,n_safe,n_scored,small_set",
     "scores.csv": "model,kind,scale,branch,seed,recipe,benchmark,subset,mapping,metric,value,ci_low,ci_high,"
     "interval,n",
     "span.csv": "benchmark,subset,mapping,load,study_load,swing,primary_metric,delta,delta_ci_low,"

@@ -423,9 +423,9 @@ def test_table1_rows_are_picked_once_per_mapping(monkeypatch, tmp_path):
     calls = []
     pick = headline.branch_headline
 
-    def counted(scores, **kwargs):
+    def counted(scores, benchmarks, **kwargs):
         calls.append(kwargs["mapping"])
-        return pick(scores, **kwargs)
+        return pick(scores, benchmarks, **kwargs)
 
     monkeypatch.setattr(headline, "branch_headline", counted)
     report(write_synthetic_run(tmp_path))

@@ -272,17 +272,16 @@ def guard_headline(scores: pd.DataFrame, model: str, subset: str) -> dict[str, d
 
 
 def baseline_summary(scores: pd.DataFrame, parse: pd.DataFrame, subset: str) -> dict[str, dict]:
-    """summary.json's `baselines`: per guard, CAP / OVER-REF / COPY (with intervals) relaxed and strict, the
-    change of mean over-refusal from relaxed to strict, and its parse counts (failed and no-decision answers
-    out of `parse_items`, every item it was asked about)."""
+    """summary.json's `baselines`: per guard, CAP / OVER-REF / COPY (with intervals) relaxed and strict, and
+    its parse counts over every benchmark (ok, partial, failed and no-decision answers out of `parse_items`,
+    every item it was asked about). The change of mean over-refusal from relaxed to strict is the guard's
+    `mapping` row of mapping_vs_retraining.csv."""
     tree: dict[str, dict] = {}
     for model in sorted(set(scores.loc[scores["kind"] == BASELINE_KIND, "model"])):
         entry: dict = guard_headline(scores, model, subset)
-        relaxed, strict = entry["relaxed"].get("over_ref"), entry["strict"].get("over_ref")
-        entry["over_ref_change_strict_minus_relaxed"] = (
-            strict - relaxed if relaxed is not None and strict is not None else None
-        )
         counts = parse[parse["model"] == model]
+        entry["parse_ok"] = int(counts["ok"].sum())
+        entry["parse_partial"] = int(counts["partial"].sum())
         entry["parse_failed"] = int(counts["failed"].sum())
         entry["no_decision"] = int(counts["no_decision"].sum())
         entry["parse_items"] = int(counts["n"].sum())

@@ -32,6 +32,7 @@ from guardpolicy.analysis.matrices import (
     DEFAULT,
     HARMFUL,
     MAPPINGS,
+    MIXED,
     SPLIT,
     SUBSETS,
     DatasetMatrix,
@@ -42,7 +43,7 @@ from guardpolicy.analysis.stats import (
     percentile_interval,
     wilson_interval,
 )
-from guardpolicy.contracts.analysis import ANALYSIS_MAPPING_EFFECT, ANALYSIS_SCORES
+from guardpolicy.contracts.analysis import ANALYSIS_BENCHMARKS, ANALYSIS_MAPPING_EFFECT, ANALYSIS_SCORES
 from guardpolicy.metrics import (
     BINARY_METRICS,
     applies,
@@ -265,6 +266,42 @@ def role_mean_draws(store: DrawStore) -> dict[tuple[str, str, str, str], MetricD
                     single_class=False,  # a mean of rates is no binomial proportion: bootstrap interval
                 )
     return means
+
+
+def benchmark_table(matrices: Sequence[DatasetMatrix], small_set_n: int) -> pd.DataFrame:
+    """benchmarks.csv: per benchmark and subset its gold counts, its role there (what its CAP / OVER-REF rows
+    are over: unsafe items make CAP defined, safe ones OVER-REF) and whether it is a small set (the prompts
+    its rate is over, `n_scored`, fewer than `small_set_n`). Splits are not benchmarks; a subset with no
+    items has no row, as it has no scores."""
+    rows = []
+    for matrix in matrices:
+        if matrix.role == SPLIT:
+            continue
+        for subset in SUBSETS:
+            unsafe = matrix.expected_unsafe[matrix.subset_rows(subset)]
+            n_unsafe, n_safe = int(unsafe.sum()), int((~unsafe).sum())
+            if n_unsafe + n_safe == 0:
+                continue
+            role = MIXED if n_unsafe and n_safe else (HARMFUL if n_unsafe else BENIGN)
+            n_scored = {HARMFUL: n_unsafe, BENIGN: n_safe}.get(role, max(n_unsafe, n_safe))
+            rows.append(
+                {
+                    "benchmark": matrix.name,
+                    "subset": subset,
+                    "role": role,
+                    "n_items": n_unsafe + n_safe,
+                    "n_unsafe": n_unsafe,
+                    "n_safe": n_safe,
+                    "n_scored": n_scored,
+                    "small_set": n_scored < small_set_n,
+                }
+            )
+    table = pd.DataFrame(rows, columns=ANALYSIS_BENCHMARKS.names())
+    subset_order = {name: i for i, name in enumerate(SUBSETS)}
+    table = table.sort_values(
+        ["benchmark", "subset"], key=lambda c: c.map(subset_order) if c.name == "subset" else c, kind="stable"
+    )
+    return table.reset_index(drop=True)
 
 
 def model_frame(evaluations: Mapping[str, Mapping[str, object]]) -> pd.DataFrame:

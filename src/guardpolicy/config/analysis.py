@@ -100,6 +100,9 @@ class AnalysisConfig:
     bootstrap_seed: int = 2024
     # Rates on single-class sets up to this many prompts get a Wilson interval instead of the bootstrap.
     wilson_max_n: int = 300
+    # A benchmark whose rate is over fewer prompts than this is a small set (benchmarks.csv `small_set`):
+    # the report warns that its intervals are wide.
+    small_set_n: int = 100
     # VAL for the correlations: the split and the policy whose labels it is scored against.
     val_split: str = "val"
     val_policy: str = "policy_a"
@@ -131,6 +134,8 @@ class AnalysisConfig:
             raise ConfigError(f"confidence must lie in (0.5, 1), got {self.confidence}")
         if self.wilson_max_n < 0:
             raise ConfigError(f"wilson_max_n must be >= 0, got {self.wilson_max_n}")
+        if self.small_set_n < 0:
+            raise ConfigError(f"small_set_n must be >= 0, got {self.small_set_n}")
         for name, members in self.rank_sets.items():
             if not members or len(set(members)) != len(members):
                 raise ConfigError(f"rank_sets.{name}: list distinct branches, got {list(members)}")

@@ -16,6 +16,7 @@ from guardpolicy.contracts.analysis_mapping import (
     ANALYSIS_XSTEST_PAIRS,
 )
 from guardpolicy.contracts.analysis_tables import (
+    ANALYSIS_BENCHMARKS,
     ANALYSIS_COMPETENCE,
     ANALYSIS_CORRELATIONS,
     ANALYSIS_HEADLINE,
@@ -32,6 +33,7 @@ from guardpolicy.contracts.model import Contract
 ANALYSIS_TABLES: Mapping[str, Contract] = {
     contract.fields["table"]: contract
     for contract in (
+        ANALYSIS_BENCHMARKS,
         ANALYSIS_SCORES,
         ANALYSIS_SPAN,
         ANALYSIS_SPAN_SCALE,
@@ -54,6 +56,7 @@ ANALYSIS_TABLES: Mapping[str, Contract] = {
 
 __all__ = [
     "ANALYSIS_BASELINE_PARSE",
+    "ANALYSIS_BENCHMARKS",
     "ANALYSIS_CALIBRATION",
     "ANALYSIS_COMPETENCE",
     "ANALYSIS_CORRELATIONS",

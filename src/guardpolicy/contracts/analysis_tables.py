@@ -60,6 +60,31 @@ SWING = statistic("swing", f"the benchmark's swing from {relative_path('fingerpr
 PRIMARY_METRIC = Column("primary_metric", "string", "the metric the span is over (`cap` or `over_ref`)")
 REPLICATES = "its percentile interval over the joint bootstrap replicates"
 
+ANALYSIS_BENCHMARKS = analysis_table(
+    "benchmarks",
+    "one row per benchmark × subset that was scored, by benchmark then subset (`full`, `clean`)",
+    (
+        BENCHMARK,
+        SUBSET,
+        Column(
+            "role",
+            "string",
+            "`harmful` (its rate is CAP), `benign` (OVER-REF) or `mixed` (both), from its gold labels",
+        ),
+        Column("n_items", "int64", "its prompts in the subset"),
+        Column("n_unsafe", "int64", "those its gold calls unsafe (CAP is over these)"),
+        Column("n_safe", "int64", "those its gold calls safe (OVER-REF is over these)"),
+        Column(
+            "n_scored",
+            "int64",
+            "the prompts its rate is over: n_unsafe for a harmful set, n_safe for a benign one, the larger "
+            "of the two for a mixed one",
+        ),
+        Column("small_set", "bool", "n_scored is under `analysis.small_set_n`: its intervals are wide"),
+    ),
+    ("benchmark", "subset"),
+)
+
 ANALYSIS_SCORES = analysis_table(
     "scores",
     "one row per model × dataset × subset × mapping × metric, plus per model × subset × mapping the headline "

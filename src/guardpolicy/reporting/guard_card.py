@@ -40,7 +40,9 @@ def guard_card(
     *,
     scores: pd.DataFrame,
     parse: pd.DataFrame,
+    parse_totals: Mapping[str, Any],
     mapping_effect: pd.DataFrame,
+    mapping_effect_by_model: pd.DataFrame,
     calibration: pd.DataFrame,
     subset: str,
     main_seed: int,
@@ -50,7 +52,8 @@ def guard_card(
     """The card of one guard as Markdown and its JSON twin.
 
     `facts`: the registry entry and run settings (model_id, revision, family, license, hardware_note, source,
-    backend, model, dtype, batch_size, failure_policy, max_new_tokens, top_logprobs). Raises ValueError when
+    backend, model, dtype, batch_size, failure_policy, max_new_tokens, top_logprobs); `parse_totals`: the
+    guard's entry of summary.json `baselines` (its parse counts over every dataset). Raises ValueError when
     the analysis holds no rows for the guard (the analysis predates the guard's run).
     """
     model = guard_model_name(guard)
@@ -59,6 +62,9 @@ def guard_card(
     headline = guard_headline(scores, model, subset)
     counts = parse[parse["model"] == model].sort_values("dataset")
     effect = mapping_effect[(mapping_effect["model"] == model) & (mapping_effect["subset"] == subset)]
+    mean_effect = mapping_effect_by_model[
+        (mapping_effect_by_model["model"] == model) & (mapping_effect_by_model["subset"] == subset)
+    ]
     best = _best_at_guard_point(calibration[calibration["subset"] == subset], model, main_seed)
     payload = clean_tree(
         {
@@ -68,13 +74,13 @@ def guard_card(
             "subset": subset,
             "scores": headline,
             "parse": {
-                "items": int(counts["n"].sum()),
-                "ok": int(counts["ok"].sum()),
-                "partial": int(counts["partial"].sum()),
-                "failed": int(counts["failed"].sum()),
-                "no_decision": int(counts["no_decision"].sum()),
+                "items": parse_totals.get("parse_items"),
+                "ok": parse_totals.get("parse_ok"),
+                "partial": parse_totals.get("parse_partial"),
+                "failed": parse_totals.get("parse_failed"),
+                "no_decision": parse_totals.get("no_decision"),
             },
-            "mapping_effect_mean": float(effect["change"].mean()) if len(effect) else None,
+            "mapping_effect_mean": mean_effect["mean_change"].iloc[0] if len(mean_effect) else None,
             "best_of_ours_at_guard_over_refusal": best,
             "report": {"file": report_file, "sha256": report_sha256},
         }

@@ -2,7 +2,7 @@
 
 Table 1's per-model numbers are scores.csv rows picked per model (`branch_headline`); the stage picks them
 once per mapping the report needs (`branch_headlines`) and hands the same frames to the figures, the plot
-tables and every section. Benchmarks' roles and primary metrics are read off which rates the analysis wrote.
+tables and every section. Benchmarks' roles come from the analysis' benchmarks.csv.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from guardpolicy.analysis.baselines import GUARD_MAPPING
-from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL, MEAN_PREFIX
+from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL
 from guardpolicy.baselines import MODEL_PREFIX
 from guardpolicy.errors import InputError
 from guardpolicy.layout import relative_path
@@ -38,26 +38,10 @@ def headline_rows(frame: pd.DataFrame, subset: str, mapping: str) -> pd.DataFram
     return frame[keep]
 
 
-def benchmark_roles(scores: pd.DataFrame) -> dict[str, str]:
-    """harmful (cap only) / benign (over_ref only) / mixed (both), read off which rates a benchmark has.
-
-    scores.csv carries no role column; the contract defines cap on unsafe items and over_ref on safe ones,
-    so a benchmark with only cap rows is a harmful set, only over_ref a benign set.
-    """
-    roles = {}
-    benchmarks = scores["benchmark"].astype(str)
-    # Split rows and the analysis' headline means (`mean:harmful`, `mean:benign`) are not benchmarks.
-    rates = scores[~(benchmarks.str.startswith("split:") | benchmarks.str.startswith(MEAN_PREFIX))]
-    for benchmark, group in rates.groupby("benchmark", sort=True):
-        metrics = set(group["metric"])
-        has_cap, has_over_ref = "cap" in metrics, "over_ref" in metrics
-        if has_cap and has_over_ref:
-            roles[benchmark] = "mixed"
-        elif has_cap:
-            roles[benchmark] = "harmful"
-        elif has_over_ref:
-            roles[benchmark] = "benign"
-    return roles
+def benchmark_roles(benchmarks: pd.DataFrame, subset: str) -> dict[str, str]:
+    """Benchmark -> harmful / benign / mixed at `subset`, as the analysis' benchmarks.csv records them."""
+    rows = benchmarks[benchmarks["subset"] == subset]
+    return {str(b): str(r) for b, r in zip(rows["benchmark"], rows["role"], strict=True)}
 
 
 def guard_models(scores: pd.DataFrame) -> list[str]:
@@ -83,6 +67,7 @@ def _pick(scores: pd.DataFrame, benchmarks: Sequence[str], metrics: Sequence[str
 
 def branch_headline(
     scores: pd.DataFrame,
+    benchmarks: pd.DataFrame,
     *,
     subset: str,
     mapping: str,
@@ -99,7 +84,7 @@ def branch_headline(
     4-class accuracy and does not depend on the mapping (split rows are always clean), so when the headline
     subset and mapping hold no VAL row, any row of that split is used.
     """
-    roles = benchmark_roles(scores)
+    roles = benchmark_roles(benchmarks, subset)
     rated = headline_rows(scores, subset, mapping)
     out = _model_rows(scores).set_index("model")
     for column, (key, metric, role) in HEADLINE_MEANS.items():
@@ -144,6 +129,7 @@ def branch_headline(
 
 def branch_headlines(
     scores: pd.DataFrame,
+    benchmarks: pd.DataFrame,
     *,
     subset: str,
     mapping: str,
@@ -156,7 +142,13 @@ def branch_headlines(
     wanted = dict.fromkeys((mapping, *(GUARD_MAPPING if guard_models(scores) else ())))
     return {
         name: branch_headline(
-            scores, subset=subset, mapping=name, val_split=val_split, policies=policies, source=source
+            scores,
+            benchmarks,
+            subset=subset,
+            mapping=name,
+            val_split=val_split,
+            policies=policies,
+            source=source,
         )
         for name in wanted
     }

@@ -21,6 +21,8 @@ class ReportInputs:
     mapping: str
     val_split: str
     val_policy: str
+    # analysis.small_set_n: benchmarks.csv flags sets scored on fewer prompts.
+    small_set_n: int
     load_policy: tuple[str, ...]
     load_capability: tuple[str, ...]
     branch_descriptions: dict[str, str]
@@ -29,6 +31,8 @@ class ReportInputs:
     plan: pd.DataFrame
     summary: dict[str, Any]
     scores: pd.DataFrame
+    # benchmarks.csv: per benchmark and subset its role, gold counts and whether it is a small set.
+    benchmark_sets: pd.DataFrame
     # mapping -> Table 1's numbers per model (reporting.headline.branch_headlines): the headline mapping,
     # and each guard mapping when open guards were scored.
     headlines: dict[str, pd.DataFrame]

@@ -11,11 +11,12 @@ reports/fingerprint_labels.parquet (every benchmark prompt's label under each po
 policy's own labels); and, for every guard of params `baselines.guards` (the optional sub-pipeline
 pipelines/baselines/dvc.yaml), reports/baselines/<guard>/predictions.parquet, analysed as model
 `baseline-<guard>` beside ours (data/taxonomy.yaml says which gold classes are safe for the calibration).
-Writes scores.csv (per dataset, plus the headline means `mean:harmful` / `mean:benign` with their bootstrap
-intervals), span.csv, span_scale.csv, noise_floor.csv, swing_vs_span.csv, rank_test.csv, correlations.csv,
-headline.csv, competence.csv, tradeoff.csv, mapping_effect.csv, mapping_effect_by_model.csv,
-mapping_vs_retraining.csv, xstest.csv, xstest_pairs.csv, baseline_parse.csv, calibration.csv and summary.json
-(see docs/data-contracts.md, "Analysis"). With no guard configured the two baseline tables have a header only.
+Writes benchmarks.csv (per benchmark and subset: gold counts, role, small set), scores.csv (per dataset,
+plus the headline means `mean:harmful` / `mean:benign` with their bootstrap intervals), span.csv,
+span_scale.csv, noise_floor.csv, swing_vs_span.csv, rank_test.csv, correlations.csv, headline.csv,
+competence.csv, tradeoff.csv, mapping_effect.csv, mapping_effect_by_model.csv, mapping_vs_retraining.csv,
+xstest.csv, xstest_pairs.csv, baseline_parse.csv, calibration.csv and summary.json (see
+docs/data-contracts.md, "Analysis"). With no guard configured the two baseline tables have a header only.
 """
 
 from __future__ import annotations
@@ -61,7 +62,13 @@ from guardpolicy.analysis.matrices import (
     build_matrices,
 )
 from guardpolicy.analysis.ranks import rank_chance, rank_test_table
-from guardpolicy.analysis.scores import compute_draws, mapping_effect_table, model_frame, scores_table
+from guardpolicy.analysis.scores import (
+    benchmark_table,
+    compute_draws,
+    mapping_effect_table,
+    model_frame,
+    scores_table,
+)
 from guardpolicy.analysis.sensitivity import (
     STUDY_GROUPING,
     PolicyFingerprint,
@@ -528,6 +535,7 @@ def analyse(
     )
 
     tables = {
+        "benchmarks.csv": benchmark_table(matrices, config.small_set_n),
         "scores.csv": scores,
         "span.csv": spans_frame,
         "span_scale.csv": span_scale,

@@ -2,7 +2,8 @@
 
 Reads params `baselines` (the guard's run settings, registry, failure_policy, decoding), `analysis.subset`
 and the profile's main seed (`seed`), the registry data/baselines.yaml, the analysis tables scores.csv,
-baseline_parse.csv, mapping_effect.csv and calibration.csv, and reports/REPORT.md (the card names the report
+baseline_parse.csv, mapping_effect.csv, mapping_effect_by_model.csv and calibration.csv, summary.json (the
+guard's parse totals), and reports/REPORT.md (the card names the report
 it accompanies by its sha256; depending on it also makes `dvc repro pipelines/baselines/dvc.yaml` bring the
 report up to date, since DVC reproduces a target's upstream stages only). Writes reports/guards/<guard>.md
 and its JSON twin reports/guards/<guard>.json.
@@ -20,7 +21,7 @@ from guardpolicy.config.baselines import BASELINES
 from guardpolicy.config.core import ParamsFile
 from guardpolicy.config.profiles import active_profile
 from guardpolicy.errors import InputError
-from guardpolicy.io import write_json, write_text
+from guardpolicy.io import read_json, write_json, write_text
 from guardpolicy.layout import Layout
 from guardpolicy.reporting.guard_card import guard_card
 from guardpolicy.reporting.tables import read_table
@@ -57,8 +58,16 @@ def write_guard_card(guard: str, layout: Layout | None = None) -> Path:
     writer = "stage `analyse` (run `dvc repro analyse`)"
     tables = {
         name: read_table(layout.path("analysis_table", table=name), name, writer)
-        for name in ("scores", "baseline_parse", "mapping_effect", "calibration")
+        for name in ("scores", "baseline_parse", "mapping_effect", "mapping_effect_by_model", "calibration")
     }
+    summary_file = layout.path("summary")
+    if not summary_file.is_file():
+        raise InputError(summary_file, f"file not found; it is written by {writer}")
+    totals = read_json(summary_file).get("baselines", {}).get(guard)
+    if totals is None:
+        raise InputError(
+            summary_file, f"no `baselines.{guard}` entry: the analysis predates the guard's run ({writer})"
+        )
     report = layout.path("report")
     if not report.is_file():
         raise InputError(report, "file not found; it is written by stage `report` (run `dvc repro report`)")
@@ -68,7 +77,9 @@ def write_guard_card(guard: str, layout: Layout | None = None) -> Path:
             facts,
             scores=tables["scores"],
             parse=tables["baseline_parse"],
+            parse_totals=totals,
             mapping_effect=tables["mapping_effect"],
+            mapping_effect_by_model=tables["mapping_effect_by_model"],
             calibration=tables["calibration"],
             subset=analysis.subset,
             main_seed=profile.seed,

@@ -169,6 +169,7 @@ def report(layout: Layout | None = None) -> str:
     tables = {
         name: read_table(layout.path("analysis_table", table=name), name, analyse)
         for name in (
+            "benchmarks",
             "scores",
             "span",
             "span_scale",
@@ -211,6 +212,7 @@ def report(layout: Layout | None = None) -> str:
     analysis_params = params.analysis
     headlines = branch_headlines(
         tables["scores"],
+        tables["benchmarks"],
         subset=analysis_params.subset,
         mapping=analysis_params.mapping,
         val_split=analysis_params.val_split,
@@ -250,6 +252,7 @@ def report(layout: Layout | None = None) -> str:
         mapping=analysis_params.mapping,
         val_split=analysis_params.val_split,
         val_policy=analysis_params.val_policy,
+        small_set_n=analysis_params.small_set_n,
         load_policy=analysis_params.load.policy,
         load_capability=analysis_params.load.capability,
         branch_descriptions={name: b.description for name, b in params.branches.items()},
@@ -257,6 +260,7 @@ def report(layout: Layout | None = None) -> str:
         plan=plan,
         summary=summary,
         scores=tables["scores"],
+        benchmark_sets=tables["benchmarks"],
         headlines=headlines,
         span=tables["span"],
         rank_test=tables["rank_test"],

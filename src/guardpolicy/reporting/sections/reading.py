@@ -11,16 +11,11 @@ from typing import Any
 
 import pandas as pd
 
-from guardpolicy.analysis.scores import MEAN_PREFIX
 from guardpolicy.metrics import COPYRIGHT_BENCHMARK
 from guardpolicy.reporting.formatting import MISSING, fmt, fmt_ci, fmt_count, fmt_p, is_missing, names
-from guardpolicy.reporting.headline import headline_rows
 from guardpolicy.reporting.inputs import ReportInputs
 from guardpolicy.reporting.sections.header import present_and_missing
 from guardpolicy.reporting.sections.rank import reading_correlations, reading_rank
-
-# Below this many scored prompts a rate's interval is wide enough to say so in the caveats.
-SMALL_SET_N = 100
 
 
 def _interval_reading(low: Any, high: Any) -> str:
@@ -217,16 +212,14 @@ def _caveats(inputs: ReportInputs) -> list[str]:
             f"Each branch is trained once (seed {inputs.main_seed}) and no recipe at several seeds, so no "
             "seed noise floor backs the spans."
         )
-    rated = headline_rows(inputs.scores, inputs.subset, inputs.mapping)
-    rates = rated[
-        rated["metric"].isin(["cap", "over_ref"])
-        & ~rated["benchmark"].astype(str).str.startswith(MEAN_PREFIX)
-    ]
-    sizes = rates.groupby("benchmark")["n"].max()
-    small = sorted(f"`{b}` (n = {int(n)})" for b, n in sizes.items() if n < SMALL_SET_N)
-    if small:
+    sets = inputs.benchmark_sets
+    small = sets[(sets["subset"] == inputs.subset) & sets["small_set"].astype(bool)]
+    if len(small):
+        listed = ", ".join(
+            f"`{b}` (n = {int(n)})" for b, n in zip(small["benchmark"], small["n_scored"], strict=True)
+        )
         caveats.append(
-            f"Small sets (under {SMALL_SET_N} scored prompts) have wide intervals: {', '.join(small)}."
+            f"Small sets (under {inputs.small_set_n} scored prompts) have wide intervals: {listed}."
         )
     headline = inputs.headline
     branches = headline[headline["kind"] == "branch"].groupby("scale")["branch"].nunique()

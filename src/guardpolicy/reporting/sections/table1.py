@@ -40,7 +40,7 @@ def _capability_rows(inputs: ReportInputs) -> tuple[pd.DataFrame | None, str]:
 
 
 def table1_section(inputs: ReportInputs) -> list[str]:
-    roles = benchmark_roles(headline_rows(inputs.scores, inputs.subset, inputs.mapping))
+    roles = benchmark_roles(inputs.benchmark_sets, inputs.subset)
     harmful, benign, mixed = (
         [b for b, r in roles.items() if r == role] for role in ("harmful", "benign", "mixed")
     )
@@ -115,7 +115,7 @@ def table1_section(inputs: ReportInputs) -> list[str]:
 
 
 def per_benchmark_section(inputs: ReportInputs) -> list[str]:
-    roles = benchmark_roles(inputs.scores)
+    roles = benchmark_roles(inputs.benchmark_sets, "full")
     primary = primary_metrics(inputs.span, roles)
     rated = headline_rows(inputs.scores, inputs.subset, inputs.mapping)
     load = {b: "policy" for b in inputs.load_policy} | {b: "capability" for b in inputs.load_capability}
