@@ -33,6 +33,8 @@ from guardpolicy.timing import STAGE_ENV
 DVC_FILE = relative_path("pipeline")
 # Where a user's own pool files go: a declared dependency folder of stage `pool`.
 USER_DATA_DIR = relative_path("user_data")
+# Where local benchmark datasets (save_to_disk folders) go: a declared dependency folder of every fetch@.
+USER_BENCHMARKS_DIR = relative_path("user_benchmarks")
 
 _INTERPOLATION = re.compile(r"\$\{\s*([^}\s]+)\s*\}")
 
@@ -75,6 +77,13 @@ def _pool_inputs(params: Params, key: str | None) -> list[NamedInput]:
                 inputs.append(
                     NamedInput(file.path, f"{sources_file}: sources.{source.name}.files[{index}].path")
                 )
+            elif file.dataset is not None and file.dataset.path is not None:
+                inputs.append(
+                    NamedInput(
+                        file.dataset.path,
+                        f"{sources_file}: sources.{source.name}.files[{index}].dataset.path",
+                    )
+                )
             elif file.mirror is not None:
                 # Inside the repository only when the user points data.mirror_dir into it.
                 inputs.append(
@@ -84,6 +93,26 @@ def _pool_inputs(params: Params, key: str | None) -> list[NamedInput]:
                     )
                 )
     return inputs
+
+
+def _benchmark_inputs(params: Params, key: str | None) -> list[NamedInput]:
+    """A benchmark's local dataset folders (a hub dataset is pinned by its revision in the registry, which is
+    already a params dep of the stage; mirror files lie outside the repository, pinned by sha256)."""
+    from guardpolicy.data.registry import load_registry
+
+    registry_file = relative_path("benchmark_registry")
+    spec = load_registry(registry_file).get(key) if key is not None else None
+    if spec is None:
+        return []
+    return [
+        NamedInput(
+            file.dataset.path,
+            f"{registry_file}: benchmarks.{key}.sources[{i}].files[{j}].dataset.path",
+        )
+        for i, source in enumerate(spec.sources)
+        for j, file in enumerate(source.files)
+        if file.dataset is not None and file.dataset.path is not None
+    ]
 
 
 def _backbone_inputs(params: Params, key: str | None) -> list[NamedInput]:
@@ -119,6 +148,7 @@ def _baseline_inputs(params: Params, key: str | None) -> list[NamedInput]:
 
 # Stage name (the part before `@` of a foreach stage) -> the files its params and registries name.
 NAMED_INPUTS: dict[str, Callable[[Params, str | None], list[NamedInput]]] = {
+    "fetch": _benchmark_inputs,
     "pool": _pool_inputs,
     "label": lambda params, key: _policy_files(params, key),
     "backbone": _backbone_inputs,
@@ -249,11 +279,16 @@ def require_declared(stage: str, params: Params, root: str | Path = ".") -> None
         return
     file_name, name = _split_address(stage)
     lines = [f"{m.path} (named by {m.named_by})" for m in missing]
-    hint = (
-        f"put user pool files under {USER_DATA_DIR}/ (a declared dependency of stage pool), or"
-        if name == "pool"
-        else "move it under one of the stage's dependency folders, or"
-    )
+    base = name.partition("@")[0]
+    if base == "pool":
+        hint = f"put user pool files under {USER_DATA_DIR}/ (a declared dependency of stage pool), or"
+    elif base == "fetch":
+        hint = (
+            f"put local benchmark datasets under {USER_BENCHMARKS_DIR}/ (a declared dependency of every "
+            "fetch@ stage), or"
+        )
+    else:
+        hint = "move it under one of the stage's dependency folders, or"
     raise ConfigError(
         f"stage {stage} would read {len(missing)} file(s) that are not among its deps in {file_name}, so DVC "
         f"would not rerun it when they change: {'; '.join(lines)}. Fix: {hint} add each path to "

@@ -42,6 +42,10 @@ ARTIFACTS: Mapping[str, Artifact] = {
     ),
     "pool_config": Artifact("data/pool.yaml", "the prompt pool's sources and generated cells"),
     "user_data": Artifact("data/user", "the user's own pool files (kind: user in data/pool.yaml)"),
+    "user_benchmarks": Artifact(
+        "data/user_benchmarks",
+        "the user's own benchmark datasets (save_to_disk folders, data/benchmarks.yaml)",
+    ),
     "policies": Artifact("data/policies", "the policies' constitutions"),
     "plan": Artifact(
         "data/models.yaml", "the model plan: every trained and evaluated model (guardpolicy plan)"

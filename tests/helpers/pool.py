@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from helpers.benchmarks import write_params
+
 
 def declare_user_source(registry_file: Path, name: str, path: str, weight: float, **entry: Any) -> None:
     """Add `kind: user` source `name` reading the CSV at `path` (column `text`; `entry` adds keys such as
@@ -23,3 +25,16 @@ def declare_user_source(registry_file: Path, name: str, path: str, weight: float
         **entry,
     }
     registry_file.write_text(yaml.safe_dump(registry, sort_keys=False), encoding="utf-8")
+
+
+def write_pool_params(root: Path, sources: dict[str, Any], pool_size: int, mirror: Path) -> Path:
+    """A repository-shaped `root` for stage pool: its own pool registry (`sources`) and a smoke-profile
+    params.yaml pointing at it, with `pool_size` prompts and the public files under `mirror`."""
+    registry_file = root / "pool.yaml"
+    registry_file.write_text(yaml.safe_dump({"sources": sources}, sort_keys=False), encoding="utf-8")
+    params_file = write_params(root / "params.yaml", mirror, allow_download=False, profile="smoke")
+    params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    params["profiles"]["smoke"]["pool_size"] = pool_size
+    params["pool"] = {"sources_file": str(registry_file), "seed": 7, "max_prompt_chars": 200}
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    return params_file

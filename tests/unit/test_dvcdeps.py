@@ -19,6 +19,7 @@ from helpers.pool import declare_user_source
 from guardpolicy.config.params import load_params
 from guardpolicy.dvcdeps import (
     NAMED_INPUTS,
+    USER_BENCHMARKS_DIR,
     USER_DATA_DIR,
     NamedInput,
     check_current_stage,
@@ -167,6 +168,60 @@ def test_a_user_file_under_data_user_is_accepted(tmp_path, monkeypatch):
     monkeypatch.setenv("DVC_STAGE", "pool")
     check_current_stage()
     require_declared("pool", load_params("params.yaml"), work)
+
+
+def _local_benchmark_repo(tmp_path: Path, folder: str) -> Path:
+    """A copy of the repository's inputs whose xstest entry has a second source: a local dataset `folder`."""
+    work = tmp_path / "repo"
+    _copy_inputs(work)
+    registry_file = work / "data" / "benchmarks.yaml"
+    registry = yaml.safe_load(registry_file.read_text())
+    entry = registry["benchmarks"]["xstest"]
+    file = {
+        key: value for key, value in entry["sources"][0]["files"][0].items() if key in ("columns", "keep")
+    }
+    local = {"format": "dataset", "dataset": {"path": folder}, **file}
+    entry["sources"].append({"name": "local", "provenance": "derived", "note": "our copy", "files": [local]})
+    registry_file.write_text(yaml.safe_dump(registry, sort_keys=False))
+    return work
+
+
+def test_a_benchmark_dataset_folder_outside_the_declared_folder_is_refused(tmp_path, monkeypatch):
+    work = _local_benchmark_repo(tmp_path, "inputs/xstest_ds")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("DVC_STAGE", "fetch@xstest")
+    with pytest.raises(ConfigError) as caught:
+        check_current_stage()
+    message = str(caught.value)
+    assert (
+        "inputs/xstest_ds (named by data/benchmarks.yaml: benchmarks.xstest.sources[1].files[0].dataset.path)"
+        in (message)
+    )
+    assert f"{USER_BENCHMARKS_DIR}/" in message and "stages.fetch.deps in dvc.yaml" in message
+    # Only the benchmark whose entry names the folder reads it.
+    assert named_inputs("fetch@advbench", load_params("params.yaml")) == []
+
+
+def test_a_benchmark_dataset_folder_under_the_declared_folder_is_accepted(tmp_path, monkeypatch):
+    work = _local_benchmark_repo(tmp_path, f"{USER_BENCHMARKS_DIR}/xstest_ds")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("DVC_STAGE", "fetch@xstest")
+    check_current_stage()
+
+
+def test_a_user_dataset_folder_is_a_named_input_of_the_pool(tmp_path, monkeypatch):
+    work = _user_pool_repo(tmp_path, "data/user/my_prompts.csv")
+    registry_file = work / "data" / "pool.yaml"
+    registry = yaml.safe_load(registry_file.read_text())
+    registry["sources"]["my_prompts"]["files"] = [{"format": "dataset", "dataset": {"path": "inputs/my_ds"}}]
+    registry_file.write_text(yaml.safe_dump(registry, sort_keys=False))
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("DVC_STAGE", "pool")
+    with pytest.raises(
+        ConfigError,
+        match=r"inputs/my_ds \(named by data/pool\.yaml: sources\.my_prompts\.files\[0\]\.dataset\.path\)",
+    ):
+        check_current_stage()
 
 
 def test_a_policy_file_outside_data_policies_is_refused_for_the_training_stages(tmp_path, monkeypatch):

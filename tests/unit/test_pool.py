@@ -15,6 +15,7 @@ import yaml
 from helpers.benchmarks import requires_mirror, write_params
 from helpers.layout import repo_layout
 from helpers.paths import FIXTURES, MIRROR, REPO_ROOT
+from helpers.pool import write_pool_params
 
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import read_json, sha256_file
@@ -235,14 +236,7 @@ def test_allocate_known_answers() -> None:
 
 
 def _params(tmp_path: Path, registry: dict[str, Any], pool_size: int, mirror: Path = POOL_FIXTURES) -> Path:
-    registry_file = tmp_path / "pool.yaml"
-    registry_file.write_text(yaml.safe_dump({"sources": registry}, sort_keys=False), encoding="utf-8")
-    params_file = write_params(tmp_path / "params.yaml", mirror, allow_download=False, profile="smoke")
-    params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
-    params["profiles"]["smoke"]["pool_size"] = pool_size
-    params["pool"] = {"sources_file": str(registry_file), "seed": 7, "max_prompt_chars": 200}
-    params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-    return params_file
+    return write_pool_params(tmp_path, registry, pool_size, mirror)
 
 
 def _build(tmp_path: Path, params_file: Path, tag: str) -> tuple[Path, Path, dict]:

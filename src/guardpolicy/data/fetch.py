@@ -1,7 +1,9 @@
 """The fetch@<benchmark> operation: acquire, verify, normalise and write one benchmark.
 
 Sources are tried in registry order (the original first, derived copies after it); for each file the local
-mirror is preferred and the pinned URL is the fallback. The first source whose files can all be had wins.
+mirror is preferred and the pinned URL is the fallback. A file of format `dataset` is a Hugging Face dataset
+(guardpolicy.data.hub_datasets: a hub id at a pinned commit or a local save_to_disk folder), whose rows take
+the same column mapping and checks as a file's. The first source whose files can all be had wins.
 If none can, the benchmark is written as an empty table with the full schema and marked ``missing`` with the
 reasons, so the rest of the pipeline runs on what is present. Bad bytes or bad rows are hard errors, and so
 is a source whose row count or label balance differs from the registry's (checked before anything is written).
@@ -19,6 +21,7 @@ import pyarrow as pa
 
 from guardpolicy.contracts import BENCHMARK, check_table
 from guardpolicy.data.acquire import LocalFile, Unavailable, download, from_mirror
+from guardpolicy.data.hub_datasets import LoadedDataset, load_dataset_rows
 from guardpolicy.data.normalise import assign_ids, empty_table, normalise_file, to_table
 from guardpolicy.data.readers import read_records
 from guardpolicy.data.registry import BenchmarkSpec, FileSpec, SourceSpec
@@ -41,8 +44,10 @@ class FetchResult:
 
 
 def _acquire_file(
-    file: FileSpec, mirror_dir: Path, allow_download: bool, timeout_s: float, work_dir: Path
-) -> LocalFile:
+    file: FileSpec, mirror_dir: Path, allow_download: bool, timeout_s: float, work_dir: Path, root: Path
+) -> LocalFile | LoadedDataset:
+    if file.dataset is not None:
+        return load_dataset_rows(file.dataset, root=root, allow_download=allow_download)
     try:
         return from_mirror(file, mirror_dir)
     except Unavailable as mirror_reason:
@@ -56,13 +61,18 @@ def _acquire_file(
             raise Unavailable(f"{file.display_name}: {mirror_reason}; {download_reason}") from None
 
 
-def _build(spec: BenchmarkSpec, source: SourceSpec, files: list[tuple[FileSpec, LocalFile]]) -> pa.Table:
+def _build(
+    spec: BenchmarkSpec, source: SourceSpec, files: list[tuple[FileSpec, LocalFile | LoadedDataset]]
+) -> pa.Table:
     rows: list[dict[str, Any]] = []
     displays = []
     for file, local in files:
         display = local.origin.removeprefix("mirror:")
         displays.append(display)
-        columns, records = read_records(local.path, file.format, display)
+        if isinstance(local, LoadedDataset):
+            columns, records = local.columns, local.records
+        else:
+            columns, records = read_records(local.path, file.format, display)
         rows.extend(normalise_file(spec, file, columns, records, display))
     assign_ids(spec, rows)
     table = to_table(spec, rows)
@@ -121,7 +131,9 @@ def fetch_benchmark(
     mirror_dir: Path,
     allow_download: bool,
     timeout_s: float,
+    root: Path,
 ) -> FetchResult:
+    """`root`: the repository root, which a local dataset folder's path is relative to."""
     attempts: list[dict[str, str]] = []
     with tempfile.TemporaryDirectory(prefix=f"guardpolicy-{spec.name}-") as tmp:
         for source in spec.sources:
@@ -129,7 +141,9 @@ def fetch_benchmark(
                 files = [
                     (
                         file,
-                        _acquire_file(file, mirror_dir, allow_download, timeout_s, Path(tmp) / source.name),
+                        _acquire_file(
+                            file, mirror_dir, allow_download, timeout_s, Path(tmp) / source.name, root
+                        ),
                     )
                     for file in source.files
                 ]
@@ -152,7 +166,7 @@ def _meta(
     status: str,
     table: pa.Table,
     source: SourceSpec | None,
-    files: list[tuple[FileSpec, LocalFile]],
+    files: list[tuple[FileSpec, LocalFile | LoadedDataset]],
     attempts: list[dict[str, str]],
     reason: str | None = None,
 ) -> dict[str, Any]:

@@ -15,9 +15,12 @@ from typing import Literal
 from guardpolicy.config.core import from_mapping, load_yaml
 from guardpolicy.errors import ConfigError
 
-FileFormat = Literal["csv", "json", "jsonl", "parquet", "lines"]
+# `dataset`: a Hugging Face dataset (hub id at a pinned commit, or a local save_to_disk folder), named by the
+# file's `dataset` block instead of a mirror path / URL (guardpolicy.data.hub_datasets reads it).
+FileFormat = Literal["csv", "json", "jsonl", "parquet", "lines", "dataset"]
 ExtraType = Literal["string", "bool", "int", "float"]
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TEMPLATE_FIELD = re.compile(r"\{([^{}]+)\}")
 
@@ -34,10 +37,74 @@ class HFFile:
     path: str
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"[0-9a-f]{40}", self.revision):
+        if not _COMMIT.fullmatch(self.revision):
             raise ConfigError(
                 f"revision must be a 40-hex commit sha (a branch name is not a pin), got {self.revision!r}"
             )
+
+
+@dataclass(frozen=True)
+class HFDataset:
+    """A Hugging Face dataset read with the `datasets` library: either a hub dataset id (`repo`) at a pinned
+    commit (`revision`, 40 hex; `config` and `split` as `datasets.load_dataset` takes them), or a local
+    `datasets.save_to_disk` folder (`path`, relative to the repository root; `split` names one split of a
+    saved DatasetDict). Used by both registries (a benchmark file, a user pool file) in place of a file.
+    """
+
+    repo: str | None = None
+    revision: str | None = None
+    config: str | None = None
+    split: str | None = None
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.repo is None) == (self.path is None):
+            raise ConfigError(
+                "a dataset needs exactly one of repo (a hub dataset id, with revision and split) or path "
+                "(a local save_to_disk folder)"
+            )
+        if self.path is not None:
+            if self.revision is not None or self.config is not None:
+                raise ConfigError(
+                    "revision / config apply to a hub dataset (repo), not to a local folder (path): the "
+                    "folder holds one version, and DVC tracks it"
+                )
+            return
+        # A hub id without a commit would load whatever the hub's main branch holds on the day of the run:
+        # the same registry would then give different benchmarks or pools.
+        if self.revision is None:
+            raise ConfigError(
+                f"hub dataset {self.repo!r} needs revision: a 40-hex commit sha of the dataset repository "
+                "(a hub id without a pinned revision changes under the pipeline)"
+            )
+        if not _COMMIT.fullmatch(self.revision):
+            raise ConfigError(
+                f"revision must be a 40-hex commit sha (a branch name is not a pin), got {self.revision!r}"
+            )
+        if self.split is None:
+            raise ConfigError(f"hub dataset {self.repo!r} needs split (e.g. train or test)")
+
+    @property
+    def display_name(self) -> str:
+        """How messages and provenance name it: the folder or `hf:<repo>@<revision>` (with config, split)."""
+        if self.path is not None:
+            return self.path + (f"[{self.split}]" if self.split else "")
+        parts = [p for p in (self.config, self.split) if p]
+        return f"hf:{self.repo}@{self.revision}" + (f"[{'/'.join(parts)}]" if parts else "")
+
+
+def check_dataset_file(file_format: str, dataset: HFDataset | None, file_fields: dict[str, object]) -> None:
+    """A file of format `dataset` names its `dataset` and nothing of a file's; any other format has none."""
+    if (file_format == "dataset") != (dataset is not None):
+        raise ConfigError("format dataset and a dataset block go together: give both or neither")
+    if dataset is None:
+        return
+    given = sorted(name for name, value in file_fields.items() if value not in (None, (), {}))
+    if given:
+        raise ConfigError(
+            f"a dataset file takes no {given}: its rows come from the dataset (a hub dataset is pinned by "
+            "its revision, a local folder is tracked by DVC)"
+        )
 
 
 @dataclass(frozen=True)
@@ -76,14 +143,21 @@ class FileSpec:
     constants: dict[str, str] = field(default_factory=dict)
     # A short tag stored in the `subset` column (AdvBench behaviors vs strings).
     subset: str | None = None
+    # Format `dataset`: a Hugging Face dataset in place of a mirror file / URL.
+    dataset: HFDataset | None = None
 
     def __post_init__(self) -> None:
+        check_dataset_file(
+            self.format,
+            self.dataset,
+            {"mirror": self.mirror, "url": self.url, "hf": self.hf, "sha256": self.sha256, "size": self.size},
+        )
         if self.sha256 is not None and not _SHA256.fullmatch(self.sha256):
             raise ConfigError(f"sha256 must be 64 lowercase hex characters, got {self.sha256!r}")
         if self.url is not None and self.hf is not None:
             raise ConfigError("give either url or hf for a file, not both")
-        if self.mirror is None and self.url is None and self.hf is None:
-            raise ConfigError("a file needs at least one of mirror, url, hf")
+        if self.mirror is None and self.url is None and self.hf is None and self.dataset is None:
+            raise ConfigError("a file needs at least one of mirror, url, hf, dataset")
         if self.url is not None and not re.match(r"^(https?|file)://", self.url):
             raise ConfigError(f"url must be http(s):// or file://, got {self.url!r}")
         bad = sorted(set(self.constants) - {"category"})
@@ -92,6 +166,8 @@ class FileSpec:
 
     @property
     def display_name(self) -> str:
+        if self.dataset is not None:
+            return self.dataset.display_name
         return self.mirror or self.url or (self.hf.path if self.hf else "?")
 
 

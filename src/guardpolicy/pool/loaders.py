@@ -4,7 +4,9 @@
 public file cannot be had; `read_file_records` reads a file in any declared layout; `candidates_from_records`
 turns records into `Candidate`s by the source's prompt template, row filters, fact rules and pillar maps.
 Public data quirks (an empty prompt, a row no fact rule covers) are skipped and counted; the user's own file
-is held to stricter rules, and a bad row there is an InputError naming the file, the row and the field.
+is held to stricter rules, and a bad row there is an InputError naming the file, the row and the field. A
+user file of format `dataset` (a Hugging Face dataset, guardpolicy.data.hub_datasets) gives its rows to the
+same mapping and checks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from guardpolicy.contracts import POOL
 from guardpolicy.data.acquire import LocalFile, Unavailable, download, from_mirror
+from guardpolicy.data.hub_datasets import LoadedDataset, load_dataset_rows
 from guardpolicy.data.readers import Records, read_json_document, read_records, records_from_objects
 from guardpolicy.errors import ChecksumError, InputError
 from guardpolicy.io import sha256_file
@@ -57,15 +60,24 @@ def acquire_files(
     timeout_s: float,
     work_dir: Path,
     root: Path,
-) -> tuple[list[tuple[PoolFile, LocalFile]], dict[str, str]]:
+) -> tuple[list[tuple[PoolFile, LocalFile | LoadedDataset]], dict[str, str]]:
     """The source's files that can be had (verified), and `display name -> reason` for those that cannot.
 
     A user file that cannot be read is an InputError (the user declared it); a public file is merely missing.
     A file whose bytes do not match the pinned sha256 is a ChecksumError either way.
     """
-    found: list[tuple[PoolFile, LocalFile]] = []
+    found: list[tuple[PoolFile, LocalFile | LoadedDataset]] = []
     missing: dict[str, str] = {}
     for file in source.files:
+        if source.kind == "user" and file.dataset is not None:
+            try:
+                found.append(
+                    (file, load_dataset_rows(file.dataset, root=root, allow_download=allow_download))
+                )
+            except Unavailable as reason:  # the user declared it: not a source to build the pool without
+                why = str(reason).removeprefix(f"{file.display_name}: ")
+                raise InputError(file.display_name, f"cannot load the user dataset: {why}") from None
+            continue
         if source.kind == "user":
             found.append((file, _user_file(file, root)))
             continue
@@ -344,7 +356,7 @@ def pillars_for_record(
 
 
 def load_source(
-    source: PoolSource, files: list[tuple[PoolFile, LocalFile]]
+    source: PoolSource, files: list[tuple[PoolFile, LocalFile | LoadedDataset]]
 ) -> tuple[list[Candidate], LoadCounts]:
     """Read and map every acquired file of a public or user source."""
     candidates: list[Candidate] = []
@@ -352,7 +364,10 @@ def load_source(
     multi_file = len(source.files) > 1
     for file, local in files:
         display = local.origin.removeprefix("mirror:")
-        columns, records = read_file_records(file, local.path, display)
+        if isinstance(local, LoadedDataset):
+            columns, records = local.columns, local.records
+        else:
+            columns, records = read_file_records(file, local.path, display)
         rows, file_counts = candidates_from_records(
             source, file, columns, records, display, multi_file=multi_file
         )

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Literal
 
 from guardpolicy.config.core import from_mapping, load_yaml
-from guardpolicy.data.registry import HFFile
+from guardpolicy.data.registry import HFDataset, HFFile, check_dataset_file
 from guardpolicy.errors import ConfigError
 from guardpolicy.first_match import Clause, unreachable_rule
 from guardpolicy.taxonomy import Taxonomy
 
 SourceKind = Literal["public", "generated", "user"]
-PoolFormat = Literal["csv", "json", "jsonl", "parquet", "lines"]
+# `dataset`: a Hugging Face dataset (user sources only), named by the file's `dataset` block.
+PoolFormat = Literal["csv", "json", "jsonl", "parquet", "lines", "dataset"]
 ComposeMode = Literal["task_and_request", "jailbreak_payload"]
 FACT_COMPOSED = "composed"
 FACT_HARMFUL = "harmful_request"
@@ -46,7 +47,8 @@ class PoolFile:
 
     Public files name a `mirror` path (relative to params `data.mirror_dir`) and a pinned `sha256`, plus the
     pinned upstream `url` (or `hf` file) to download when the mirror lacks them. A user file names a `path`
-    (relative to the repository root). Attribute names match `guardpolicy.data.registry.FileSpec`, so
+    (relative to the repository root), or (format `dataset`) a `dataset`: a hub dataset at a pinned commit
+    or a local save_to_disk folder. Attribute names match `guardpolicy.data.registry.FileSpec`, so
     `guardpolicy.data.acquire` can fetch either.
     """
 
@@ -63,8 +65,22 @@ class PoolFile:
     nested: tuple[str, ...] = ()
     # Pillars every row of this file carries in addition to the source's (e.g. one file per category).
     pillars: tuple[str, ...] = ()
+    # Format `dataset`: a Hugging Face dataset in place of a file.
+    dataset: HFDataset | None = None
 
     def __post_init__(self) -> None:
+        check_dataset_file(
+            self.format,
+            self.dataset,
+            {
+                "mirror": self.mirror,
+                "path": self.path,
+                "url": self.url,
+                "hf": self.hf,
+                "sha256": self.sha256,
+                "size": self.size,
+            },
+        )
         if self.sha256 is not None and not _SHA256.fullmatch(self.sha256):
             raise ConfigError(f"sha256 must be 64 lowercase hex characters, got {self.sha256!r}")
         if self.url is not None and self.hf is not None:
@@ -80,6 +96,8 @@ class PoolFile:
 
     @property
     def display_name(self) -> str:
+        if self.dataset is not None:
+            return self.dataset.display_name
         return self.mirror or self.path or self.url or (self.hf.path if self.hf else "?")
 
 
@@ -307,14 +325,21 @@ class PoolSource:
             raise ConfigError(f"a {self.kind} source needs files and prompt")
         if self.kind == "public":
             for file in self.files:
+                if file.dataset is not None:
+                    raise ConfigError(
+                        f"{file.display_name}: a dataset file belongs to a user source; a public source "
+                        "reads pinned files from the mirror"
+                    )
                 if file.mirror is None or file.sha256 is None:
                     raise ConfigError(f"public file {file.display_name!r} needs a mirror path and a sha256")
             if not self.facts and not self.fact_rules:
                 raise ConfigError("a public source must declare facts or fact_rules")
         if self.kind == "user":
             for file in self.files:
-                if file.path is None:
-                    raise ConfigError("a user file needs a path (relative to the repository root)")
+                if file.path is None and file.dataset is None:
+                    raise ConfigError(
+                        "a user file needs a path (relative to the repository root) or a dataset"
+                    )
         if self.labels and self.kind != "user":
             raise ConfigError("only user sources may carry label columns")
         for name in self.labels:

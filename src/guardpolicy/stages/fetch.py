@@ -1,5 +1,6 @@
 """fetch@<benchmark>: acquire, verify and normalise one benchmark of the registry (data/benchmarks.yaml) from
-the mirror or its pinned URL -> data/benchmarks/<name>.parquet and <name>.meta.json (guardpolicy.data.fetch).
+the mirror or its pinned URL (or a Hugging Face dataset: a pinned hub revision or a local save_to_disk folder)
+-> data/benchmarks/<name>.parquet and <name>.meta.json (guardpolicy.data.fetch).
 
 Reads params `data.mirror_dir`, `data.allow_download`, `data.download_timeout_s` and the benchmark's entry; a
 benchmark that cannot be had is recorded as missing in its meta file (validate_benchmarks decides whether
@@ -43,6 +44,7 @@ def fetch(name: str, layout: Layout | None = None) -> dict:
         mirror_dir=mirror,
         allow_download=data.allow_download,
         timeout_s=data.download_timeout_s,
+        root=layout.root,
     )
     out = layout.path("benchmark", benchmark=name)
     write_outputs(result, out, layout.path("benchmark_meta", benchmark=name))
