@@ -16,6 +16,7 @@
     guardpolicy code-deps [--write]           # dvc.yaml's code deps against each stage's imports
     guardpolicy contracts [--write-docs]      # docs/data-contracts.md's column tables against the contracts
     guardpolicy evaluate small-E2             # one evaluate@ stage by hand (features small-E2 likewise)
+    guardpolicy export teacher-policy_a out/  # a checkpoint as a plain transformers classifier folder
     guardpolicy fingerprint                   # benchmarks labelled by each policy vs their own gold
     guardpolicy analyse                       # spans, noise floor, rank tests, correlations, intervals
     guardpolicy report                        # reports/REPORT.md and figures
@@ -111,6 +112,7 @@ COMMANDS = {
     "contracts": "guardpolicy.contracts.docs:contracts",
     "features": "guardpolicy.stages.features:features",
     "evaluate": "guardpolicy.stages.evaluate:evaluate",
+    "export": "guardpolicy.stages.export:export",
     "fingerprint": "guardpolicy.stages.fingerprint:fingerprint",
     "analyse": "guardpolicy.stages.analyse:analyse",
     "report": "guardpolicy.stages.report:report",

@@ -84,6 +84,9 @@ ARTIFACTS: Mapping[str, Artifact] = {
     "teacher_logits": Artifact("data/teacher_outputs/{policy}.parquet", "one teacher's logits"),
     "training_logs": Artifact("reports/training/{model}", "a run's dvclive logs"),
     "features": Artifact("data/features/{model}.npz", "a head-only model's cached backbone features"),
+    "export": Artifact(
+        "exports/{model}", "a checkpoint as a plain transformers sequence classifier, with its model card"
+    ),
     # Evaluation, fingerprint, analysis, report.
     "evaluations": Artifact("reports/eval", "every evaluated model's predictions"),
     "predictions": Artifact("reports/eval/{model}/predictions.parquet", "one model's predictions"),

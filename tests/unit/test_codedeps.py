@@ -182,6 +182,8 @@ SHARED_SCHEMA_USERS = {
     # guardpolicy.modeling builds and loads every backbone from an EncoderConfig (a checkpoint's config.json
     # keeps it), so loading an encoder classifier through it imports that class.
     (f"{CONFIG}/encoders.py", "baseline"),
+    # export@ loads a guard checkpoint through guardpolicy.modeling.guard the same way.
+    (f"{CONFIG}/encoders.py", "export"),
 }
 
 
