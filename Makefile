@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export GX_ANALYTICS_ENABLED := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro test test-e2e test-all bench bench-dag lint diff clean
+.PHONY: setup repro pull test test-e2e test-all bench bench-dag lint diff clean
 
 # Re-install when the dependency list changes. torch goes first and alone so that pip takes the pinned
 # wheel (the local CPU build here) instead of letting a dependency pull a multi-GB CUDA build.
@@ -24,6 +24,13 @@ setup: $(STAMP)
 
 repro: setup
 	dvc repro
+
+# A teammate's pushed run (docs/remote.md): every output dvc.lock names, from the default DVC remote, so that
+# `dvc status` is clean and `dvc repro` runs nothing. Plain `dvc pull`, no --run-cache: a stage's run record
+# restores nothing across machines here (each stage's timing record is `cache: false`, which `dvc push` never
+# uploads; tests/e2e/test_dvc_mechanics.py).
+pull: setup
+	dvc pull
 
 # Unit + component tests + the reduced end-to-end DAG (tests/e2e/test_reduced_dag.py), on 2 workers. Files are
 # dealt out in collection order (--no-loadscope-reorder), so the end-to-end file, the long pole, starts first

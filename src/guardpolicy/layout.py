@@ -2,10 +2,19 @@
 
 `ARTIFACTS` is the table (name -> template, with `{fields}` for the per-benchmark / per-model parts); a
 `Layout` turns a name into a path under its root. The root comes from the repository, not from the
-process's working directory: DVC sets ``DVC_ROOT`` for every stage command (a queued experiment runs in its
-own copy under ``.dvc/tmp/exps/``, whose root that is), and outside DVC the nearest folder upwards holding
-both ``dvc.yaml`` and ``params.yaml`` is the root. A test checks the table against every path dvc.yaml
-declares, in both directions, so the DAG and the code cannot drift apart.
+process's working directory: DVC sets ``DVC_ROOT`` for every stage command, and outside DVC the nearest
+folder upwards holding both ``dvc.yaml`` and ``params.yaml`` is the root. A test checks the table against
+every path dvc.yaml declares, in both directions, so the DAG and the code cannot drift apart.
+
+Experiments DVC runs outside the workspace (``dvc exp run --queue`` then ``dvc queue start`` or
+``dvc exp run --run-all``, and ``dvc exp run --temp``) run each stage in a git copy of the repository under
+``<workspace>/.dvc/tmp/exps/`` (``Repo.tmp_dir`` + ``EXEC_TMP_DIR`` in DVC 3), with the stage's wdir inside
+that copy as the working directory — but with ``DVC_ROOT`` overridden to the *workspace's* root
+(dvc/repo/experiments/queue/base.py, ``_stash_exp``: "point to the parent DVC repo root"). So under DVC the
+root is the copy when the working directory lies inside ``DVC_ROOT/.dvc/tmp/exps/`` (outputs must land in the
+copy, or DVC finds them missing and the workspace gets overwritten), and ``DVC_ROOT`` is then the
+`Layout.workspace`: a path in params that leaves the repository (``data.mirror_dir: ../shared/benchmarks``)
+is resolved against it, where it exists, not against the copy, where it never does.
 """
 
 from __future__ import annotations
@@ -21,6 +30,10 @@ from guardpolicy.errors import ConfigError
 
 ROOT_ENV = "DVC_ROOT"  # set by DVC for every stage command (dvc/env.py)
 ROOT_MARKERS = ("dvc.yaml", "params.yaml")
+# Where DVC makes the copies its queued and --temp experiments run in, relative to the workspace root:
+# Repo.tmp_dir (".dvc/tmp") joined with dvc.repo.experiments.utils.EXEC_TMP_DIR ("exps"). The celery queue
+# puts a copy directly below it, `--temp` below its "standalone" folder; both are inside.
+EXPERIMENT_COPIES = Path(".dvc") / "tmp" / "exps"
 
 
 @dataclass(frozen=True)
@@ -139,31 +152,75 @@ def template_pattern(template: str) -> re.Pattern[str]:
     return re.compile("^" + "[^/]+".join(re.escape(p) for p in parts) + "$")
 
 
-def find_root(start: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """The repository root: ``DVC_ROOT`` when DVC runs the command, else the nearest folder at or above
-    `start` (default: the working directory) holding dvc.yaml and params.yaml."""
-    env = os.environ if environ is None else environ
-    if env.get(ROOT_ENV):
-        return Path(env[ROOT_ENV]).resolve()
-    here = Path(start if start is not None else Path.cwd()).resolve()
+def _marked_root(here: Path, stop: Path | None = None) -> Path | None:
+    """The nearest folder at or above `here` (not above `stop`) holding every root marker, or None."""
     for folder in (here, *here.parents):
         if all((folder / marker).is_file() for marker in ROOT_MARKERS):
             return folder
-    raise ConfigError(
-        f"{here}: not inside a guardpolicy repository (no folder at or above it holds "
-        f"{' and '.join(ROOT_MARKERS)}); run from the repository or set {ROOT_ENV}"
-    )
+        if folder == stop:
+            break
+    return None
+
+
+def experiment_workspace(
+    start: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> Path | None:
+    """The user's workspace root when `start` (default: the working directory) is inside the copy of a DVC
+    experiment run outside the workspace (queued or --temp): ``DVC_ROOT``, which DVC sets to the workspace for
+    those runs, holding `start` under its ``.dvc/tmp/exps/``. None otherwise (a plain ``dvc repro`` or
+    workspace ``dvc exp run``, or no DVC at all)."""
+    env = os.environ if environ is None else environ
+    if not env.get(ROOT_ENV):
+        return None
+    workspace = Path(env[ROOT_ENV]).resolve()
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    return workspace if here.is_relative_to(workspace / EXPERIMENT_COPIES) else None
+
+
+def find_root(start: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The repository root: under DVC ``DVC_ROOT`` — unless `start` (default: the working directory) lies in
+    an experiment's copy under ``DVC_ROOT/.dvc/tmp/exps/``, whose own root it then is — else the nearest
+    folder at or above `start` holding dvc.yaml and params.yaml."""
+    env = os.environ if environ is None else environ
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    workspace = experiment_workspace(here, env)
+    if workspace is not None:
+        copy = _marked_root(here, stop=workspace / EXPERIMENT_COPIES)
+        if copy is None:
+            raise ConfigError(
+                f"{here}: inside DVC's experiment folder {workspace / EXPERIMENT_COPIES} ({ROOT_ENV}="
+                f"{env[ROOT_ENV]}) but no folder at or above it there holds {' and '.join(ROOT_MARKERS)}"
+            )
+        return copy
+    if env.get(ROOT_ENV):
+        return Path(env[ROOT_ENV]).resolve()
+    root = _marked_root(here)
+    if root is None:
+        raise ConfigError(
+            f"{here}: not inside a guardpolicy repository (no folder at or above it holds "
+            f"{' and '.join(ROOT_MARKERS)}); run from the repository or set {ROOT_ENV}"
+        )
+    return root
+
+
+def leaves_root(named: str | Path) -> bool:
+    """Whether a relative path in params (e.g. ``../shared/benchmarks``) points outside the repository."""
+    parts = Path(os.path.normpath(named)).parts
+    return bool(parts) and parts[0] == os.pardir
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Every artifact path under one repository root."""
+    """Every artifact path under one repository root. `workspace` is the user's workspace root when `root` is
+    a DVC experiment's copy of it (see the module docstring); None when the root is the workspace itself."""
 
     root: Path
+    workspace: Path | None = None
 
     @classmethod
     def discover(cls, start: str | Path | None = None) -> Layout:
-        return cls(find_root(start))
+        workspace = experiment_workspace(start)
+        return cls(find_root(start), workspace)
 
     def path(self, name: str, **values: str) -> Path:
         """The path of artifact `name`, its `{fields}` filled from `values` (each exactly once)."""
@@ -185,8 +242,26 @@ class Layout:
         """A path that params or a registry names (relative to the root, e.g. the benchmark mirror
         ``../shared/benchmarks`` or a policy file), usable from the working directory: as written when that
         is the root (as under DVC: messages and reports then name it as params does, the same on every
-        machine), else under the root."""
+        machine), else under the root. In a DVC experiment's copy a path leaving the repository is taken
+        from the user's workspace (`workspace`), where the files beside the repository are: beside the copy,
+        deep inside .dvc/tmp/exps/, there is nothing."""
         path = Path(named)
-        if path.is_absolute() or Path.cwd().resolve() == self.root.resolve():
+        if path.is_absolute():
+            return path
+        if self.workspace is not None and leaves_root(path):
+            return Path(os.path.normpath(self.workspace / path))
+        if Path.cwd().resolve() == self.root.resolve():
             return path
         return self.root / path
+
+    def describe(self, named: str | Path) -> str:
+        """Where `resolve(named)` looks, in words for an error message: the resolved path, and for a DVC
+        experiment's copy that it was taken from the workspace."""
+        resolved = self.resolve(named)
+        shown = Path(os.path.normpath(resolved if resolved.is_absolute() else self.root / resolved))
+        if self.workspace is not None and leaves_root(named):
+            return (
+                f"{shown} (resolved against the workspace {self.workspace}, which {ROOT_ENV} names: this run "
+                f"is a DVC experiment in the copy {self.root})"
+            )
+        return str(shown)

@@ -1,9 +1,9 @@
 """The whole smoke DAG (`make test-e2e`): the repository copied into a fresh git repository and `dvc repro`
 run on the `smoke` profile with every branch at both scales, both teachers and the noise floor's seed triple —
-then every output, metric and timing record checked, a second `dvc repro` that runs nothing, which stages an
-edit reruns, `dvc exp run -S` read by `guardpolicy diff`, and `dvc repro pipelines/baselines/dvc.yaml` with
-local guard folders putting the open guards in the report. Nothing here asserts a duration: `make bench`
-measures them.
+then every output, metric and timing record checked, a second `dvc repro` that runs nothing, the run pushed to
+a DVC remote and pulled into a fresh clone where `dvc repro` runs nothing too, which stages an edit reruns,
+`dvc exp run -S` read by `guardpolicy diff`, and `dvc repro pipelines/baselines/dvc.yaml` with local guard
+folders putting the open guards in the report. Nothing here asserts a duration: `make bench` measures them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from helpers.dvc_repo import (
     init_repository,
     ran_stages,
     run,
+    share_through_remote,
     stage_env,
 )
 from helpers.paths import MIRROR
@@ -135,6 +136,25 @@ def test_second_repro_runs_nothing(smoke_repo):
     assert "Data and pipelines are up to date" in result.stdout + result.stderr
     assert not ran_stages(result)
     assert json.loads(run([DVC, "status", "--json"], work, env).stdout) == {}
+
+
+def test_a_teammates_fresh_clone_pulls_the_run_and_reproduces_nothing(smoke_repo, tmp_path):
+    """docs/remote.md on the whole smoke run: push it to a local-directory DVC remote, `git clone` the
+    repository afresh, `dvc pull` (what `make pull` runs): `dvc status` is clean and `dvc repro` runs nothing.
+
+    Here, before the tests below change the workspace: the run pushed is the committed one the clone sees."""
+    work, env = smoke_repo
+    assert not run(["git", "status", "--porcelain"], work, env).stdout.strip()
+    assert json.loads(run([DVC, "status", "--json"], work, env).stdout) == {}
+    clone = tmp_path / "clone"
+    share_through_remote(work, tmp_path / "remote", clone, env)
+    assert not (clone / "models" / "small-E2").exists()
+    assert json.loads(run([DVC, "status", "--json"], clone, env).stdout)
+    run([DVC, "pull"], clone, env)
+    assert (clone / "models" / "small-E2" / "model_card.json").is_file()
+    assert json.loads(run([DVC, "status", "--json"], clone, env).stdout) == {}
+    result = run([DVC, "repro"], clone, env)
+    assert not ran_stages(result) and "Data and pipelines are up to date" in result.stdout + result.stderr
 
 
 def test_metrics_show_prints_the_benchmark_report(smoke_repo):

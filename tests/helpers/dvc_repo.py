@@ -15,10 +15,12 @@ __all__ = [
     "DVC",
     "GUARDPOLICY",
     "REDUCED_BENCHMARKS",
+    "add_remote",
     "commit",
     "init_repository",
     "ran_stages",
     "run",
+    "share_through_remote",
     "stage_env",
 ]
 
@@ -34,3 +36,18 @@ def run(args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> 
 def init_repository(work: Path, scope: str, env: dict[str, str]) -> dict[str, Any]:
     """A fresh git repository at `work`: the checkout on the smoke profile (reduced or full), committed."""
     return smoke.init_workspace(work, scope, env, source=REPO_ROOT, mirror_dir=MIRROR)
+
+
+def add_remote(work: Path, remote: Path, env: dict[str, str]) -> None:
+    """A local-directory DVC remote as the default (`dvc remote add -d`), committed in .dvc/config so that
+    clones know it."""
+    run([DVC, "remote", "add", "-d", "store", str(remote)], work, env)
+    commit(work, env, "the team's DVC remote")
+
+
+def share_through_remote(work: Path, remote: Path, clone: Path, env: dict[str, str]) -> None:
+    """What a teammate starts from: the committed run pushed to a new default remote (`add_remote`, `dvc
+    push`) and the repository cloned afresh with git at `clone` — its DVC outputs not pulled yet."""
+    add_remote(work, remote, env)
+    run([DVC, "push"], work, env)
+    run(["git", "clone", "-q", str(work), str(clone)], clone.parent, env)

@@ -10,8 +10,18 @@ import pytest
 import yaml
 from helpers.paths import REPO_ROOT
 
+from guardpolicy.data.acquire import how_to_provide
 from guardpolicy.errors import ConfigError
-from guardpolicy.layout import ARTIFACTS, ROOT_ENV, Layout, find_root, template_pattern
+from guardpolicy.layout import (
+    ARTIFACTS,
+    EXPERIMENT_COPIES,
+    ROOT_ENV,
+    Layout,
+    experiment_workspace,
+    find_root,
+    leaves_root,
+    template_pattern,
+)
 
 DVC_FILES = ("dvc.yaml", "pipelines/baselines/dvc.yaml")
 # `${item.<field>}` deps are paths the plan computes (data/models.yaml): checked through their values below.
@@ -100,12 +110,92 @@ def test_root_from_dvc_then_from_the_nearest_repository_folder(tmp_path: Path) -
     for marker in ("dvc.yaml", "params.yaml"):
         (repo / marker).write_text("", encoding="utf-8")
     assert find_root(repo / "data" / "deep", environ={}) == repo.resolve()
-    # DVC's DVC_ROOT wins (a queued experiment's copy under .dvc/tmp/exps/ is its own root).
+    # DVC's DVC_ROOT wins outside its experiment copies (below).
     elsewhere = tmp_path / "exp"
     assert find_root(repo / "data", environ={ROOT_ENV: str(elsewhere)}) == elsewhere.resolve()
     with pytest.raises(ConfigError, match="not inside a guardpolicy repository"):
         find_root(tmp_path, environ={})
     assert Layout.discover(REPO_ROOT / "src").root == REPO_ROOT.resolve()
+
+
+def _repository(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for marker in ("dvc.yaml", "params.yaml"):
+        (folder / marker).write_text("", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("copy_dir", ["tmpk3x9", "standalone/tmpq1w2"], ids=["celery queue", "--temp"])
+def test_in_a_dvc_experiment_copy_the_copy_is_the_root_and_outside_paths_come_from_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_dir: str
+) -> None:
+    """What DVC 3 gives a queued or --temp experiment's stage (dvc/repo/experiments/queue/base.py
+    `_stash_exp`, executor/local.py `TempDirExecutor`): the working directory is the stage's wdir inside a
+    git copy under <workspace>/.dvc/tmp/exps/, and DVC_ROOT names the workspace, not the copy."""
+    workspace = _repository(tmp_path / "repo")
+    (tmp_path / "shared" / "benchmarks").mkdir(parents=True)
+    copy = _repository(workspace / EXPERIMENT_COPIES / copy_dir)
+    (copy / "data").mkdir()
+    environ = {ROOT_ENV: str(workspace)}
+    assert find_root(copy, environ=environ) == copy.resolve()
+    assert find_root(copy / "data", environ=environ) == copy.resolve()
+    assert experiment_workspace(copy, environ) == workspace.resolve()
+    # The workspace itself, and anything outside the copies, is DVC_ROOT's as before.
+    assert experiment_workspace(workspace, environ) is None
+    assert find_root(workspace / "data", environ=environ) == workspace.resolve()
+
+    monkeypatch.setenv(ROOT_ENV, str(workspace))
+    monkeypatch.chdir(copy)
+    layout = Layout.discover()
+    assert (layout.root, layout.workspace) == (copy.resolve(), workspace.resolve())
+    # Outputs land in the copy (DVC collects them there); a path leaving the repository is the workspace's.
+    assert layout.path("pool") == copy.resolve() / "data" / "pool" / "pool.parquet"
+    mirror = layout.resolve("../shared/benchmarks")
+    assert mirror == (tmp_path / "shared" / "benchmarks").resolve() and mirror.is_dir()
+    assert not (copy / "../shared/benchmarks").exists()
+    # Paths inside the repository stay the copy's, as written (the working directory is its root).
+    assert layout.resolve("data/pool.yaml") == Path("data/pool.yaml")
+    assert str(workspace.resolve()) in layout.describe("../shared/benchmarks")
+
+
+def test_outside_an_experiment_copy_paths_resolve_as_params_write_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = _repository(tmp_path / "repo")
+    monkeypatch.setenv(ROOT_ENV, str(workspace))
+    monkeypatch.chdir(workspace)
+    layout = Layout.discover()
+    assert (layout.root, layout.workspace) == (workspace.resolve(), None)
+    assert layout.resolve("../shared/benchmarks") == Path("../shared/benchmarks")
+    assert layout.describe("../shared/benchmarks") == str(tmp_path.resolve() / "shared" / "benchmarks")
+    assert [leaves_root(p) for p in ("../x", "a/../../x", "a/../x", "data/x", "./..")] == [
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
+
+
+def test_a_copy_without_a_repository_and_a_missing_outside_path_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = _repository(tmp_path / "repo")
+    stray = workspace / EXPERIMENT_COPIES / "tmpabc"
+    stray.mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"inside DVC's experiment folder .*exps .*DVC_ROOT="):
+        find_root(stray, environ={ROOT_ENV: str(workspace)})
+    # The mirror absent beside the workspace too: the message names the param, the path tried and why there.
+    copy = _repository(workspace / EXPERIMENT_COPIES / "tmpdef")
+    monkeypatch.setenv(ROOT_ENV, str(workspace))
+    monkeypatch.chdir(copy)
+    layout = Layout.discover()
+    message = how_to_provide(
+        layout.resolve("../shared/benchmarks"), False, layout.describe("../shared/benchmarks")
+    )
+    tried = (tmp_path / "shared" / "benchmarks").resolve()
+    assert f"params data.mirror_dir ({tried} (resolved against the workspace {workspace.resolve()}" in message
+    assert f"the copy {copy.resolve()}), absent)" in message
 
 
 # Where a repository path starts (layout templates' first parts), and whole templates that name a file.

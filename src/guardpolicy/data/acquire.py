@@ -39,12 +39,15 @@ class LocalFile:
     verified: bool  # True when the registry pins a sha256 and it matched
 
 
-def how_to_provide(mirror_dir: Path, allow_download: bool) -> str:
-    """The two ways a pinned file that could not be had becomes available, with where things stand now."""
+def how_to_provide(mirror_dir: Path, allow_download: bool, where: str | None = None) -> str:
+    """The two ways a pinned file that could not be had becomes available, with where things stand now.
+    `where` says how the mirror was found (Layout.describe: in a DVC experiment's copy, from the workspace);
+    default: its absolute path."""
     state = "present" if mirror_dir.is_dir() else "absent"
     downloads = "on" if allow_download else "off"
+    where = where or str(mirror_dir.resolve())
     return (
-        f"put the pinned files under params data.mirror_dir ({mirror_dir.resolve()}, {state}), or set "
+        f"put the pinned files under params data.mirror_dir ({where}, {state}), or set "
         f"data.allow_download: true ({downloads} now) on a machine that reaches the pinned URLs"
     )
 

@@ -76,6 +76,7 @@ def _require_sources(
     sources_file: str,
     mirror: Path,
     allow_download: bool,
+    mirror_where: str,
 ) -> None:
     """Stop before anything is written when a source not marked `allow_missing` lacks files: a pool built
     from the rest would silently change what every policy, model and score downstream is about."""
@@ -93,7 +94,7 @@ def _require_sources(
     raise InputError(
         sources_file,
         f"{len(lacking)} pool source(s) could not be read: {listed}. To provide them: "
-        f"{how_to_provide(mirror, allow_download)}; or mark the source "
+        f"{how_to_provide(mirror, allow_download, mirror_where)}; or mark the source "
         f"`allow_missing: true` in {sources_file} to build the pool without it.",
         field="sources." + ",".join(lacking),
     )
@@ -151,7 +152,14 @@ def build(layout: Layout | None = None) -> dict:
         log.info("pool cell %s: %d prompts generated", source.name, outcome.candidates)
     # Registry order, so that the report and the merge attribution follow the declaration.
     outcomes = {name: outcomes[name] for name in registry}
-    _require_sources(registry, outcomes, pool_params.sources_file, mirror, data.allow_download)
+    _require_sources(
+        registry,
+        outcomes,
+        pool_params.sources_file,
+        mirror,
+        data.allow_download,
+        layout.describe(data.mirror_dir),
+    )
 
     candidates = [c for name in registry for c in loaded[name]]
     if not candidates:

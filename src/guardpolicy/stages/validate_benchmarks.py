@@ -48,6 +48,7 @@ def validate(layout: Layout | None = None) -> dict:
         layout.resolve(data_params.mirror_dir),
         data_params.allow_download,
         layout.relative("benchmark_registry"),
+        layout.describe(data_params.mirror_dir),
     )
     payload = validation_report(results, skipped)
     payload["presence"] = {

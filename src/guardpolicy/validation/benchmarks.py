@@ -101,6 +101,7 @@ def presence_shortfall(
     mirror: Path,
     allow_download: bool,
     registry_file: str,
+    mirror_where: str | None = None,
 ) -> str | None:
     """Why the pipeline must stop when fewer benchmarks than params `data.min_present_benchmarks` could be
     had (None when enough are present).
@@ -114,9 +115,10 @@ def presence_shortfall(
     if present >= required:
         return None
     missing = "; ".join(f"{name} ({reason})" for name, reason in sorted(skipped.items()))
+    provide = how_to_provide(mirror, allow_download, mirror_where)
     return (
         f"only {present} of {registered} registered benchmarks are present, below the minimum of {required} "
         f"(params data.min_present_benchmarks{'' if minimum is not None else ': null = all'}). Missing: "
-        f"{missing}. To provide them: {how_to_provide(mirror, allow_download)}, then `dvc repro`; or lower "
+        f"{missing}. To provide them: {provide}, then `dvc repro`; or lower "
         f"data.min_present_benchmarks (or drop the entries from {registry_file}) to run without them."
     )
