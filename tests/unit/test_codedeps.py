@@ -182,6 +182,13 @@ SHARED_SCHEMA_USERS = {
     # guardpolicy.modeling builds and loads every backbone from an EncoderConfig (a checkpoint's config.json
     # keeps it), so loading an encoder classifier through it imports that class.
     (f"{CONFIG}/encoders.py", "baseline"),
+    (f"{CONFIG}/encoders.py", "score"),
+    # `guardpolicy score` runs a guard through the baselines' backend factory, whose run settings are the
+    # class `BaselineGuardConfig`; it reads no `baselines` params (its guards are params `score.guards`).
+    (f"{CONFIG}/baselines.py", "score"),
+    # The server backend's HTTP client is the committee's (guardpolicy.labeling.committee), and importing
+    # the labeling package loads its labeler factory, which takes a policy's params; score reads none.
+    (f"{CONFIG}/policies.py", "score"),
 }
 
 

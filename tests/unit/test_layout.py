@@ -13,7 +13,7 @@ from helpers.paths import REPO_ROOT
 from guardpolicy.errors import ConfigError
 from guardpolicy.layout import ARTIFACTS, ROOT_ENV, Layout, find_root, template_pattern
 
-DVC_FILES = ("dvc.yaml", "pipelines/baselines/dvc.yaml")
+DVC_FILES = ("dvc.yaml", "pipelines/baselines/dvc.yaml", "pipelines/score/dvc.yaml")
 # `${item.<field>}` deps are paths the plan computes (data/models.yaml): checked through their values below.
 _INDIRECT = re.compile(r"^\$\{item\.[a-z_]+\}$")
 _INTERPOLATION = re.compile(r"\$\{[^}]+\}")
