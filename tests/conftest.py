@@ -51,3 +51,13 @@ def baseline_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_gua
 
     monkeypatch.chdir(tmp_path)
     return build_workspace(tmp_path, tiny_guards["qwen3guard"])
+
+
+@pytest.fixture
+def score_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny repository for `guardpolicy score` (helpers.score_workspace), as the working directory."""
+    from helpers.score_workspace import build_score_workspace
+
+    root = build_score_workspace(tmp_path / "repo")
+    monkeypatch.chdir(root)
+    return root

@@ -22,6 +22,8 @@
     guardpolicy report                        # reports/REPORT.md and figures
     guardpolicy baseline qwen3guard_0_6b      # one baseline@<guard> stage by hand (open guard predictions)
     guardpolicy guard-card qwen3guard_0_6b    # its card, reports/guards/<guard>.md
+    guardpolicy score --model ./my-guard      # one guard on the benchmarks, no study: reports/score/<guard>/
+    guardpolicy bench-score --prompts 500     # wall time of scoring a random ~86M-parameter classifier
     guardpolicy diff --rev main               # Markdown: metrics + params diff vs a revision or experiment
     guardpolicy taxonomy                      # the validated label space
     guardpolicy params                        # the active profile, validated
@@ -118,6 +120,8 @@ COMMANDS = {
     "report": "guardpolicy.stages.report:report",
     "baseline": "guardpolicy.stages.baselines:baseline",
     "guard-card": "guardpolicy.stages.guard_card:write_guard_card",
+    "score": "guardpolicy.stages.score:score",
+    "bench-score": "guardpolicy.devtools.bench_score:bench_score",
     "diff": "guardpolicy.reporting.diff:diff",
     "taxonomy": "guardpolicy.cli:show_taxonomy",
     "params": "guardpolicy.cli:show_params",

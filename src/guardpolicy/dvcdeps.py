@@ -146,6 +146,13 @@ def _baseline_inputs(params: Params, key: str | None) -> list[NamedInput]:
     return inputs
 
 
+def _score_inputs(params: Params, key: str | None) -> list[NamedInput]:
+    guard = params.score.guards.get(key) if key is not None else None
+    if guard is not None and guard.model and _local(guard.model):
+        return [NamedInput(guard.model, f"{PARAMS_FILE}: score.guards.{key}.model")]
+    return []
+
+
 # Stage name (the part before `@` of a foreach stage) -> the files its params and registries name.
 NAMED_INPUTS: dict[str, Callable[[Params, str | None], list[NamedInput]]] = {
     "fetch": _benchmark_inputs,
@@ -158,6 +165,7 @@ NAMED_INPUTS: dict[str, Callable[[Params, str | None], list[NamedInput]]] = {
     "report": _baselines_registry,
     "baseline": _baseline_inputs,
     "guard_card": _baselines_registry,
+    "score": _score_inputs,
 }
 
 

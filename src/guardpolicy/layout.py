@@ -124,9 +124,17 @@ ARTIFACTS: Mapping[str, Artifact] = {
     "baseline_metrics": Artifact("reports/baselines/{guard}/metrics.json", "its metrics (metric)"),
     "guard_card": Artifact("reports/guards/{guard}.md", "the guard's card"),
     "guard_card_json": Artifact("reports/guards/{guard}.json", "the card's numbers"),
+    # One guard scored without the study (`guardpolicy score`, pipelines/score/dvc.yaml).
+    "score_dir": Artifact("reports/score/{guard}", "one scored guard's folder", dvc=False),
+    "score_predictions": Artifact("reports/score/{guard}/predictions.parquet", "its answers"),
+    "score_metrics": Artifact("reports/score/{guard}/metrics.json", "its metrics and fingerprint (metric)"),
+    "score_table": Artifact("reports/score/{guard}/{table}.csv", "one of its tables"),
+    "score_card": Artifact("reports/score/{guard}/card.md", "its card"),
+    "score_figure": Artifact("reports/score/{guard}/fingerprint.png", "its policy fingerprint"),
     # The pipeline definitions (DVC's, read by the dependency checks; not artifacts of a stage).
     "pipeline": Artifact("dvc.yaml", "the DAG", dvc=False),
     "baselines_pipeline": Artifact("pipelines/baselines/dvc.yaml", "the optional open-guard DAG", dvc=False),
+    "score_pipeline": Artifact("pipelines/score/dvc.yaml", "the optional one-guard scoring DAG", dvc=False),
     # Caches and tools: never DVC outputs (DVC deletes outputs before a rerun; caches must survive it).
     "train_work": Artifact(".cache/train/{model}", "a run's resumable training state", dvc=False),
     "committee_cache": Artifact(".cache/committee", "LLM judges' answers", dvc=False),

@@ -166,9 +166,11 @@ def test_sub_pipeline_declares_existing_deps_and_the_stage_outputs() -> None:
     for dep in body["deps"]:
         made = any(dep == out or dep.startswith(out + "/") or out.startswith(dep + "/") for out in produced)
         assert (REPO_ROOT / dep).exists() or made, f"dependency {dep} is not in the repository nor produced"
-    assert {"src/guardpolicy/stages/baselines.py", "src/guardpolicy/baselines", "data/baselines.yaml"} <= set(
-        body["deps"]
-    )
+    assert {
+        "src/guardpolicy/stages/baselines.py",
+        "src/guardpolicy/baselines/factory.py",
+        "data/baselines.yaml",
+    } <= set(body["deps"])
     assert body["outs"][0] == "reports/baselines/${key}/predictions.parquet"
     assert list(body["metrics"][0]) == ["reports/baselines/${key}/metrics.json"]
     # The root analysis reads the guards' folder, and each guard card depends on the report: so

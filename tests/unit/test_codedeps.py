@@ -184,6 +184,13 @@ SHARED_SCHEMA_USERS = {
     (f"{CONFIG}/encoders.py", "baseline"),
     # export@ loads a guard checkpoint through guardpolicy.modeling.guard the same way.
     (f"{CONFIG}/encoders.py", "export"),
+    (f"{CONFIG}/encoders.py", "score"),
+    # `guardpolicy score` runs a guard through the baselines' backend factory, whose run settings are the
+    # class `BaselineGuardConfig`; it reads no `baselines` params (its guards are params `score.guards`).
+    (f"{CONFIG}/baselines.py", "score"),
+    # The server backend's HTTP client is the committee's (guardpolicy.labeling.committee), and importing
+    # the labeling package loads its labeler factory, which takes a policy's params; score reads none.
+    (f"{CONFIG}/policies.py", "score"),
 }
 
 

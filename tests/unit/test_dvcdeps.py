@@ -74,13 +74,17 @@ def _copy_inputs(work: Path) -> None:
 @pytest.fixture(scope="module")
 def repo_with_guard(tmp_path_factory) -> Path:
     """The checkout's dvc.yaml files and registries in a fresh git + DVC repository, with one open guard
-    configured so that the baselines sub-pipeline has stages."""
+    and one guard to score configured so that the baselines and score sub-pipelines have stages."""
     from dvc.repo import Repo
 
     work = tmp_path_factory.mktemp("deps") / "repo"
     _copy_inputs(work)
     params = yaml.safe_load((work / "params.yaml").read_text())
     params["baselines"]["guards"] = {GUARD: {"backend": "server", "base_url": "http://localhost:9/v1"}}
+    # And one guard to score, so pipelines/score/dvc.yaml has a stage.
+    params["score"]["guards"] = {
+        GUARD: {"endpoint": "http://localhost:9/v1", "served_model": "g", "family": "qwen3guard"}
+    }
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     Repo.init(str(work)).close()

@@ -23,7 +23,7 @@ from guardpolicy.layout import (
     template_pattern,
 )
 
-DVC_FILES = ("dvc.yaml", "pipelines/baselines/dvc.yaml")
+DVC_FILES = ("dvc.yaml", "pipelines/baselines/dvc.yaml", "pipelines/score/dvc.yaml")
 # `${item.<field>}` deps are paths the plan computes (data/models.yaml): checked through their values below.
 _INDIRECT = re.compile(r"^\$\{item\.[a-z_]+\}$")
 _INTERPOLATION = re.compile(r"\$\{[^}]+\}")

@@ -6,37 +6,13 @@ every number; floats are rounded to 6 decimals and undefined values are null (ne
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from guardpolicy.analysis.jsonready import clean_tree
 from guardpolicy.analysis.mapping import largest_change
-
-DIGITS = 6
-
-
-def clean_number(value: Any) -> Any:
-    """A JSON-ready scalar: floats rounded, NaN/inf and pandas NA -> None, numpy scalars -> Python."""
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
-    if isinstance(value, int | np.integer):
-        return int(value)
-    if isinstance(value, float | np.floating):
-        return round(float(value), DIGITS) if math.isfinite(value) else None
-    return value
-
-
-def clean_tree(payload: Any) -> Any:
-    if isinstance(payload, Mapping):
-        return {str(key): clean_tree(value) for key, value in payload.items()}
-    if isinstance(payload, list | tuple):
-        return [clean_tree(value) for value in payload]
-    return clean_number(payload)
 
 
 def span_summary(spans: pd.DataFrame, subset: str, mapping: str) -> dict[str, dict[str, Any]]:

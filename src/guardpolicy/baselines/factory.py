@@ -24,10 +24,8 @@ def build_backend(
     registry_file: str | Path = REGISTRY_FILE,
 ) -> Backend:
     """The guard's backend. A local folder runs under the registry revision as its label (None allowed);
-    a hub id or a served model needs the registry's pinned revision. An encoder classifier runs locally
-    only (`SequenceClassifierBackend`): chat-completions servers do not serve sequence classifiers. A local
-    backend loads what the entry allows (`allow_pickle`, `trust_remote_code` of guards.<guard> in
-    `registry_file`)."""
+    a hub id or a served model needs the registry's pinned revision. A local backend loads what the entry
+    allows (`allow_pickle`, `trust_remote_code` of guards.<guard> in `registry_file`)."""
     model = config.model or spec.model_id
     policy = LoadPolicy(
         allow_pickle=spec.allow_pickle,
@@ -35,14 +33,31 @@ def build_backend(
         entry=guard,
         entry_file=str(registry_file),
     )
-    if spec.family == "encoder_classifier":
+    local = config.backend == "transformers" and Path(model).is_dir()
+    revision = spec.revision if local else require_pinned(guard, spec)
+    return make_backend(f"baselines.guards.{guard}", config, spec.family, model, revision, policy, device)
+
+
+def make_backend(
+    where: str,
+    config: BaselineGuardConfig,
+    family: str,
+    model: str,
+    revision: str | None,
+    policy: LoadPolicy,
+    device: str | None = None,
+) -> Backend:
+    """The backend that runs `model` (a folder, a hub id, or the name a server serves) of adapter `family`
+    with the run settings `config`; `where` names the settings in messages. An encoder classifier runs
+    locally only (`SequenceClassifierBackend`): chat-completions servers do not serve sequence classifiers.
+    `revision`: the pinned hub commit (the caller checks that a hub id has one), a label otherwise."""
+    if family == "encoder_classifier":
         if config.backend != "transformers":
             raise ConfigError(
-                f"baselines.guards.{guard}.backend: {config.backend!r} cannot run family "
+                f"{where}.backend: {config.backend!r} cannot run family "
                 "'encoder_classifier' (a chat-completions server does not serve sequence classifiers); "
                 "use backend: transformers"
             )
-        revision = spec.revision if Path(model).is_dir() else require_pinned(guard, spec)
         return SequenceClassifierBackend(
             model,
             revision,
@@ -54,13 +69,12 @@ def build_backend(
         )
     if config.max_length is not None:
         raise ConfigError(
-            f"baselines.guards.{guard}.max_length: applies to encoder_classifier guards only; "
-            f"{guard!r} is a {spec.family} guard, which reads the whole prompt"
+            f"{where}.max_length: applies to encoder_classifier guards only; "
+            f"this is a {family} guard, which reads the whole prompt"
         )
     if config.backend == "server":
         assert config.base_url is not None  # BaselineGuardConfig requires it for the server backend
-        return OpenAIServerBackend(config.base_url, model, require_pinned(guard, spec))
-    revision = spec.revision if Path(model).is_dir() else require_pinned(guard, spec)
+        return OpenAIServerBackend(config.base_url, model, revision)
     return TransformersBackend(
         model, revision, device=device, dtype=config.dtype, batch_size=config.batch_size, policy=policy
     )

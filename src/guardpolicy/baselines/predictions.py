@@ -135,3 +135,22 @@ def log_prompt_tokens(guard: str, datasets: list[str], tokens: PromptTokens) -> 
             len(rows),
             f"longest {int(longest)} tokens" if longest is not None else "not tokenised here",
         )
+
+
+def with_guard_columns(table: pa.Table) -> pa.Table:
+    """One of our models' predictions table (contract "Predictions") with the guard columns a baseline's
+    carries, so `guardpolicy score --checkpoint` writes and analyses it like any guard's: `guard_label` is
+    the decision under the relaxed mapping (our `default`: HARMFUL and COMPOUND unsafe), `parse_status` ok
+    (a classifier's head always gives a class), no categories, and `raw` the 4-class prediction."""
+    unsafe = table.column("unsafe").to_pylist()
+    coarse = table.column("pred_coarse").to_pylist()
+    n = table.num_rows
+    extras = {
+        "guard_label": pa.array(["unsafe" if u else "safe" for u in unsafe], pa.string()),
+        "parse_status": pa.array(["ok"] * n, pa.string()),
+        "categories": pa.array([""] * n, pa.string()),
+        "raw": pa.array([str(c) for c in coarse], pa.string()),
+    }
+    for name in EXTRA_COLUMNS:
+        table = table.append_column(name, extras[name])
+    return table

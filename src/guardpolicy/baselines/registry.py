@@ -152,11 +152,17 @@ def require_pinned(name: str, spec: GuardSpec) -> str:
 
 def build_adapter(spec: GuardSpec, mapping: BinaryMapping | None = None) -> GuardAdapter:
     """The adapter for `spec`; `mapping` (default: the entry's) picks Qwen3Guard's reported unsafe score."""
-    options = spec.options
-    if spec.family == "qwen3guard":
-        return Qwen3GuardAdapter(mapping=mapping or spec.default_mapping)
-    if spec.family == "granite_guardian":
+    return adapter_for(spec.family, spec.options, mapping or spec.default_mapping)
+
+
+def adapter_for(family: str, options: AdapterOptions, mapping: BinaryMapping) -> GuardAdapter:
+    """The adapter of `family` with its `options`; `mapping` picks Qwen3Guard's reported unsafe score."""
+    if family == "qwen3guard":
+        return Qwen3GuardAdapter(mapping=mapping)
+    if family == "granite_guardian":
         return GraniteGuardianAdapter(risk_name=options.risk_name or "harm")
-    if spec.family == "llama_guard":
+    if family == "llama_guard":
         return LlamaGuardAdapter(content_format=options.content_format or "text")
-    return EncoderClassifierAdapter(label_map=dict(options.label_map))
+    if family == "encoder_classifier":
+        return EncoderClassifierAdapter(label_map=dict(options.label_map))
+    raise ConfigError(f"unknown adapter family {family!r}")

@@ -27,6 +27,7 @@ from guardpolicy.config.policies import POLICIES, PolicyParams
 from guardpolicy.config.pool import POOL, PoolConfig
 from guardpolicy.config.profiles import PROFILE, PROFILES, EncoderKey, ProfileConfig, check_profile
 from guardpolicy.config.scales import SCALES
+from guardpolicy.config.score import SCORE, ScoreConfig
 from guardpolicy.config.teachers import TEACHERS, TeacherConfig
 from guardpolicy.config.training import TRAINING, TrainingConfig
 
@@ -50,6 +51,7 @@ SECTIONS: tuple[Section, ...] = (
     ANALYSIS,
     FINGERPRINT,
     BASELINES,
+    SCORE,
 )
 
 
@@ -81,6 +83,7 @@ class Params:
     analysis: AnalysisConfig
     fingerprint: FingerprintConfig = field(**_default(FINGERPRINT))
     baselines: BaselinesConfig = field(**_default(BASELINES))
+    score: ScoreConfig = field(**_default(SCORE))
 
     def __post_init__(self) -> None:
         check_profile(self.profile, self.profiles)

@@ -1,6 +1,6 @@
-"""Every table contract, the data layer's and stage analyse's, by registry name (the artifact name of
-`guardpolicy.layout.ARTIFACTS`, `:<table>` added for the analysis CSVs). For the docs and the tests; no
-stage imports it (each imports only the contracts of the tables it reads or writes)."""
+"""Every table contract, the data layer's, stage analyse's and `guardpolicy score`'s, by registry name (the
+artifact name of `guardpolicy.layout.ARTIFACTS`, `:<table>` added for the analysis and score CSVs). For the
+docs and the tests; no stage imports it (each imports only the contracts of the tables it reads or writes)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from collections.abc import Mapping
 
 from guardpolicy.contracts.analysis import ANALYSIS_TABLES
 from guardpolicy.contracts.model import Contract
+from guardpolicy.contracts.score import SCORE_CONTRACTS
 from guardpolicy.contracts.tables import DATA_CONTRACTS
 
 CONTRACTS: Mapping[str, Contract] = {
     **DATA_CONTRACTS,
     **{contract.name: contract for contract in ANALYSIS_TABLES.values()},
+    **SCORE_CONTRACTS,
 }
 
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from guardpolicy.errors import InputError
-from guardpolicy.io import write_parquet
+from guardpolicy.io import atomic_path, write_parquet
 from guardpolicy.layout import ARTIFACTS
 
 DType = Literal["string", "bool", "int64", "float32", "float64", "list<string>", "list<float32>"]
@@ -570,3 +570,24 @@ def write_table(contract: Contract, path: str | Path, table: pa.Table, **members
     """Check `table` against `contract`, then write it as every parquet artifact is written (io)."""
     check_table(contract, table, path, **members)
     write_parquet(path, table)
+
+
+# CSV tables (stage analyse's, `guardpolicy score`'s): floats with 6 significant digits.
+FLOAT_FORMAT = "%.6g"
+
+
+def write_csv(path: Path, frame: pd.DataFrame, contract: Contract) -> None:
+    """A table as CSV, atomically, once it passes its contract: one header row, floats with 6 significant
+    digits, nulls empty."""
+    frame = frame.copy()
+    for name in frame.columns:
+        column = frame[name]
+        # Columns that mix floats with None (undefined statistics) must be float for float_format to apply.
+        if column.dtype == object and all(
+            value is None or (isinstance(value, int | float | np.number) and not isinstance(value, bool))
+            for value in column
+        ):
+            frame[name] = column.astype("float64")
+    check_frame(contract, frame, path)
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")

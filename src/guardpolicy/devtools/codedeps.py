@@ -27,7 +27,7 @@ from guardpolicy.layout import relative_path
 
 PACKAGE = "guardpolicy"
 SOURCE_ROOT = "src"
-DVC_FILES = (relative_path("pipeline"), relative_path("baselines_pipeline"))
+DVC_FILES = (relative_path("pipeline"), relative_path("baselines_pipeline"), relative_path("score_pipeline"))
 # Modules whose edits cannot change any stage's outputs (relative to src/), and why. Keep this short: anything
 # that shapes a number, a row or a file a stage writes belongs in the stage's deps.
 IGNORED: Mapping[str, str] = {

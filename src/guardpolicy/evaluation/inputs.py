@@ -44,6 +44,40 @@ def present_benchmarks(registry_file: str | Path, benchmarks_dir: str | Path) ->
     return roles
 
 
+def _benchmark_frames(
+    roles: dict[str, str], policies: list[str], benchmarks_dir: str | Path, clean_dir: str | Path | None
+) -> list[pd.DataFrame]:
+    """Each present benchmark's items; `clean` from its decontaminated copy (all False without
+    `clean_dir`)."""
+    frames = []
+    for name in roles:
+        file = Path(benchmarks_dir) / f"{name}.parquet"
+        frame = read_parquet(file, f"run `dvc repro fetch@{name}` first")
+        if clean_dir is None:
+            clean_ids = pd.Series([], dtype="str")
+        else:
+            clean_file = Path(clean_dir) / f"{name}.parquet"
+            clean_ids = read_parquet(clean_file, "run `dvc repro audit` first", columns=["id"])["id"]
+        frames.append(benchmark_items(name, frame, clean_ids.astype("str"), policies, file))
+    return frames
+
+
+def load_benchmark_items(
+    policies: Sequence[str],
+    registry_file: str | Path,
+    benchmarks_dir: str | Path,
+    clean_dir: str | Path | None,
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The benchmark items alone (no pool, labels or splits: `guardpolicy score`), sorted by dataset, id, and
+    each benchmark's role. `clean_dir` None: the caller opted out of the clean subset (every `clean`
+    False)."""
+    policies = list(policies)
+    roles = present_benchmarks(registry_file, benchmarks_dir)
+    items = combine_items(_benchmark_frames(roles, policies, benchmarks_dir, clean_dir), policies)
+    log.info("items: %d in %d benchmarks", len(items), len(roles))
+    return items, roles
+
+
 def load_items(
     policies: Sequence[str],
     splits: Sequence[str],
@@ -58,13 +92,7 @@ def load_items(
     `splits` (params `evaluation.splits`), and each scored benchmark's role."""
     policies = list(policies)
     roles = present_benchmarks(registry_file, benchmarks_dir)
-    frames = []
-    for name in roles:
-        file = Path(benchmarks_dir) / f"{name}.parquet"
-        clean_file = Path(clean_dir) / f"{name}.parquet"
-        frame = read_parquet(file, f"run `dvc repro fetch@{name}` first")
-        clean_ids = read_parquet(clean_file, "run `dvc repro audit` first", columns=["id"])["id"]
-        frames.append(benchmark_items(name, frame, clean_ids.astype("str"), policies, file))
+    frames = _benchmark_frames(roles, policies, benchmarks_dir, clean_dir)
     pool_path = Path(pool_file)
     pool = read_parquet(pool_path, "run `dvc repro pool` first", ["id", "prompt"])
     prompts = pool.set_index("id")["prompt"]

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from guardpolicy.analysis.baselines import GUARD_SCALE
+from guardpolicy.analysis.baselines import GUARD_MAPPING, GUARD_SCALE
 from guardpolicy.reporting.formatting import natural_key
 
 FIGURE_DPI = 100
@@ -143,6 +143,54 @@ def cap_vs_overref_png(scores: pd.DataFrame, scales: list[str], main_seed: int) 
         if not guards.empty:
             handles.append(Line2D([], [], marker="*", linestyle="", color="black", label="open guard"))
         axes.legend(handles=handles, title="scale", loc="upper left", fontsize=8)
+        figure.tight_layout()
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+# The gold bar of the score fingerprint, then one colour per policy (in name order).
+GOLD_COLOUR = "#333333"
+
+
+def score_fingerprint_png(fingerprint: pd.DataFrame, subset: str, mapping: str, title: str) -> bytes:
+    """Per benchmark, grouped horizontal bars: the guard's agreement with the benchmark's gold (dark) and
+    with each policy's labels (one colour per policy), with their Wilson intervals.
+
+    `fingerprint`: the rows of `guardpolicy score`'s fingerprint.csv (benchmark, subset, mapping, reference,
+    agreement, ci_low, ci_high); only `subset` / `mapping` are drawn, benchmarks top to bottom by name.
+    """
+    plt = _pyplot()
+    rows = fingerprint[(fingerprint["subset"] == subset) & (fingerprint["mapping"] == mapping)]
+    benchmarks = sorted(set(rows["benchmark"]))
+    references = ["gold", *sorted(set(rows["reference"]) - {"gold"})]
+    colours = {"gold": GOLD_COLOUR} | {
+        ref: SCALE_COLOURS[i % len(SCALE_COLOURS)] for i, ref in enumerate(references[1:])
+    }
+    n = len(benchmarks)
+    figure, axes = plt.subplots(figsize=(7.5, max(2.5, 0.55 * n * max(1, len(references)) / 2 + 1.5)))
+    try:
+        height = 0.8 / max(1, len(references))
+        for i, benchmark in enumerate(benchmarks):
+            y = n - 1 - i
+            for j, reference in enumerate(references):
+                row = rows[(rows["benchmark"] == benchmark) & (rows["reference"] == reference)]
+                if row.empty:
+                    continue
+                value = float(row["agreement"].iloc[0])
+                below, above = _error(value, float(row["ci_low"].iloc[0]), float(row["ci_high"].iloc[0]))
+                offset = y + 0.4 - height * (j + 0.5)
+                axes.barh(offset, value, height=height, color=colours[reference])
+                axes.errorbar(value, offset, xerr=[[below], [above]], fmt="none", ecolor="black", capsize=2)
+        axes.set_yticks(range(n), labels=benchmarks[::-1])
+        axes.set_xlim(0.0, 1.05)
+        shown = GUARD_MAPPING.get(mapping, mapping)
+        axes.set_xlabel(f"share of prompts where the guard's decision agrees ({subset}, {shown})")
+        axes.set_title(title)
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=colours[ref], label=ref) for ref in references]
+        axes.legend(handles=handles, loc="lower right", fontsize=8)
         figure.tight_layout()
         return _png(figure)
     finally:

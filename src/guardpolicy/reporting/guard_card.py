@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 
 from guardpolicy.analysis.baselines import BASELINE_KIND, HEADLINE_ROWS, guard_headline, guard_model_name
+from guardpolicy.analysis.jsonready import clean_tree
 from guardpolicy.analysis.scores import MEAN_HARMFUL
-from guardpolicy.analysis.summary import clean_tree
 from guardpolicy.layout import relative_path
 from guardpolicy.reporting.formatting import MISSING, fmt, fmt_ci, fmt_count, fmt_signed, markdown_table
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
@@ -92,11 +91,11 @@ from guardpolicy.config.core import ParamsFile
 from guardpolicy.config.evaluation import EVALUATION, EvaluationConfig
 from guardpolicy.config.policies import POLICIES, PolicyParams
 from guardpolicy.config.profiles import ProfileConfig, active_profile
-from guardpolicy.contracts import Contract, check_frame
 from guardpolicy.contracts.analysis import ANALYSIS_TABLES
+from guardpolicy.contracts.model import write_csv
 from guardpolicy.data.registry import load_registry
 from guardpolicy.errors import ConfigError, InputError
-from guardpolicy.io import atomic_path, read_json, write_json
+from guardpolicy.io import read_json, write_json
 from guardpolicy.layout import Layout
 from guardpolicy.preconditions import require_current_plan
 from guardpolicy.taxonomy import load_taxonomy
@@ -106,7 +105,6 @@ log = logging.getLogger(__name__)
 
 FINGERPRINT_COLUMNS = ("benchmark", "policy", "agreement")
 # Six significant digits: enough for any rate over the study's largest benchmark, stable across platforms.
-FLOAT_FORMAT = "%.6g"
 MODEL_KEYS = ("kind", "scale", "branch", "seed", "recipe")
 
 
@@ -293,23 +291,6 @@ def check_evaluations(evaluations: Mapping[str, Any], where: str) -> None:
         missing = [key for key in MODEL_KEYS if not isinstance(entry, Mapping) or key not in entry]
         if missing:
             raise ConfigError(f"{where}: evaluations.{model}: missing key(s) {missing}")
-
-
-def write_csv(path: Path, frame: pd.DataFrame, contract: Contract) -> None:
-    """A table as CSV, atomically, once it passes its contract: one header row, floats with 6 significant
-    digits, nulls empty."""
-    frame = frame.copy()
-    for name in frame.columns:
-        column = frame[name]
-        # Columns that mix floats with None (undefined statistics) must be float for float_format to apply.
-        if column.dtype == object and all(
-            value is None or (isinstance(value, int | float | np.number) and not isinstance(value, bool))
-            for value in column
-        ):
-            frame[name] = column.astype("float64")
-    check_frame(contract, frame, path)
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
 
 
 def analyse(
