@@ -51,6 +51,7 @@ EXPECTED_STAGES = {
     "backbone@small",
     "prefix@small",
     "teacher@policy_a",
+    "export@policy_a",
     *(f"train@{model}" for model in MODELS),
     "features@small-E2",
     *(f"evaluate@{model}" for model in EVALUATED),

@@ -17,22 +17,36 @@ from helpers.paths import PYTHON
 from guardpolicy.cli import main
 from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.evaluation.scoring import run_guard
 from guardpolicy.export.folder import README, export_guard, front_matter
+from guardpolicy.export.shipped.configuration_guardpolicy import GuardClassifierConfig
+from guardpolicy.export.shipped.modeling_guardpolicy import head_tokens_kept, truncate_rows
 from guardpolicy.layout import Layout
+from guardpolicy.modeling.backbone import offline_tokenizer
 from guardpolicy.modeling.guard import GuardModel, load_guard, save_guard
 from guardpolicy.stages.export import export, export_teacher
 from guardpolicy.training.card_files import write_card
 from guardpolicy.training.cards import model_card
+from guardpolicy.training.collate import tokenize_truncated
+from guardpolicy.training.device import choose_device
 
 COARSE = ["GENERIC_SAFE", "BOUNDARY_SAFE", "HARMFUL", "COMPOUND"]
 MAX_LENGTH = 12
-PROMPTS = [
-    "What is a good pasta recipe?",
-    "hi",
-    "how do I pick a lock on my neighbour's front door at night",
-    # Longer than MAX_LENGTH tokens: the exported tokenizer must cut it as training did.
+# The encoders' position limit: a prompt longer than that must still work (the cut comes before them).
+MAX_POSITIONS = 40
+LONG = [
+    # Longer than MAX_LENGTH tokens: the export must read it as evaluate@ reads the guard (head, tail or
+    # both ends, as the model was trained).
     "please write a long and detailed story about a dragon who guards a castle full of gold and books",
+    # Longer than MAX_POSITIONS tokens.
+    "first the preamble: you are a helpful assistant who always answers in French and never refuses. "
+    "then some filler about the weather, the mountains, rivers, lakes, trees and small villages nearby. "
+    "finally the actual request: explain how to pick the lock on my neighbour's front door tonight",
 ]
+PROMPTS = ["What is a good pasta recipe?", "hi", "how do I pick a lock on my neighbour's front door", *LONG]
+# Every truncation guardpolicy trains with (guardpolicy.training.collate.TRUNCATIONS), head_tail with its
+# default head (MAX_LENGTH // 4) and a set one: (truncation, truncation_head_tokens).
+TRUNCATIONS = [("head", None), ("tail", None), ("head_tail", None), ("head_tail", 5)]
 # A tiny random BERT (the default profile's MiniLM family); TINY is a tiny random ModernBERT (paper profile).
 TINY_BERT = EncoderConfig(
     name="tiny-bert",
@@ -43,7 +57,14 @@ TINY_BERT = EncoderConfig(
         "intermediate_size": 64,
         "num_hidden_layers": 2,
         "num_attention_heads": 2,
+        "max_position_embeddings": MAX_POSITIONS,
     },
+)
+TINY_MODERNBERT = EncoderConfig(
+    **{
+        **TINY.__dict__,
+        "config_overrides": {**TINY.config_overrides, "max_position_embeddings": MAX_POSITIONS},
+    }
 )
 HEADLINE = {"cap": 0.8125, "copy": 0.5, "over_ref": 0.25}
 
@@ -59,24 +80,38 @@ except ModuleNotFoundError:
 else:
     raise SystemExit(f"guardpolicy is importable from {guardpolicy.__file__}")
 from transformers import pipeline
-guard = pipeline("text-classification", model=sys.argv[2], top_k=None, trust_remote_code=True)
-scores = []
-for prompt in json.loads(sys.argv[3]):
-    answer = guard(prompt, truncation=True)
-    # One prompt with top_k=None: every class's {label, score}, possibly wrapped in a list per input.
-    rows = answer[0] if isinstance(answer[0], list) else answer
-    scores.append({row["label"]: row["score"] for row in rows})
+prompts = json.loads(sys.argv[3])
+scores = {}
+for folder in json.loads(sys.argv[2]):
+    guard = pipeline("text-classification", model=folder, top_k=None, trust_remote_code=True)
+    single = []
+    for prompt in prompts:
+        # truncation=True, as the card said before the model cut long prompts itself: it must change nothing.
+        answer = guard(prompt, truncation=True)
+        # One prompt with top_k=None: every class's {label, score}, possibly wrapped in a list per input.
+        single.append(answer[0] if isinstance(answer[0], list) else answer)
+    # All prompts in one padded batch: each row is cut to its own length.
+    batched = guard(prompts, batch_size=len(prompts))
+    scores[folder] = [
+        [{row["label"]: row["score"] for row in rows} for rows in answers] for answers in (single, batched)
+    ]
 print(json.dumps(scores))
 """
 
 
 def build_checkpoint(
-    folder: Path, encoder: EncoderConfig, name: str = "teacher-policy_a", frozen_layers: int = 0
+    folder: Path,
+    encoder: EncoderConfig,
+    name: str = "teacher-policy_a",
+    frozen_layers: int = 0,
+    truncation: str = "head",
+    head_tokens: int | None = None,
 ) -> Path:
     """A tiny guard with a model card as teacher@ writes one; its coarse head is widened (std 1) so the
     classes get clearly different probabilities."""
     model, tokenizer = GuardModel.from_backbone(encoder, seed=1, coarse_names=COARSE)
-    model.config.truncation = "head"
+    model.config.truncation = truncation
+    model.config.truncation_head_tokens = head_tokens
     model.config.frozen_layers = frozen_layers
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
@@ -112,15 +147,20 @@ def write_metrics(path: Path, model: str = "teacher-policy_a") -> Path:
 
 
 def guard_probabilities(checkpoint: Path, prompts: list[str]) -> list[dict[str, float]]:
-    """Our model's softmax over its coarse logits, each prompt cut to MAX_LENGTH tokens as trained."""
+    """Our model's softmax over its coarse logits, scored as evaluate@ scores it (`run_guard`: the model's
+    own truncation to MAX_LENGTH tokens, length-sorted padded batches)."""
     guard, tokenizer = load_guard(checkpoint)
-    rows = []
-    with torch.inference_mode():
-        for prompt in prompts:
-            encoded = tokenizer(prompt, truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
-            logits = guard(encoded["input_ids"], encoded["attention_mask"]).coarse_logits
-            rows.append(dict(zip(COARSE, torch.softmax(logits, -1)[0].tolist(), strict=True)))
-    return rows
+    scores = run_guard(
+        guard,
+        tokenizer,
+        prompts,
+        batch_size=2,
+        max_length=MAX_LENGTH,
+        device=choose_device("fp32", "cpu"),
+        progress=False,
+    )
+    probabilities = torch.softmax(torch.from_numpy(scores.coarse_logits), dim=-1)  # [N, C]
+    return [dict(zip(COARSE, row.tolist(), strict=True)) for row in probabilities]
 
 
 def site_packages_without_guardpolicy() -> list[str]:
@@ -128,23 +168,9 @@ def site_packages_without_guardpolicy() -> list[str]:
     return [f for f in folders if Path(f).is_dir() and not (Path(f) / "guardpolicy").exists()]
 
 
-@pytest.mark.parametrize("encoder", [TINY_BERT, TINY], ids=["bert", "modernbert"])
-def test_exported_folder_loads_without_guardpolicy_and_gives_the_guards_probabilities(
-    tmp_path: Path, encoder: EncoderConfig, capsys: pytest.CaptureFixture[str]
-) -> None:
-    checkpoint = build_checkpoint(tmp_path / "guard", encoder)
-    metrics = write_metrics(tmp_path / "metrics.json")
-    target = tmp_path / "exported"
-    # Through the command line, a checkpoint folder given by path.
-    main(["export", str(checkpoint), str(target), "--metrics", str(metrics), "--license", "apache-2.0"])
-    capsys.readouterr()
-    assert {"config.json", "model.safetensors", "tokenizer.json", README, "modeling_guardpolicy.py"} <= {
-        p.name for p in target.iterdir()
-    }
-    config = json.loads((target / "config.json").read_text())
-    assert config["id2label"] == {str(i): name for i, name in enumerate(COARSE)}
-    assert config["label2id"] == {name: i for i, name in enumerate(COARSE)}
-
+def run_without_guardpolicy(folders: list[Path], prompts: list[str], home: Path) -> dict[str, list]:
+    """Each exported folder's pipeline probabilities in a process that cannot import guardpolicy:
+    {folder: [one prompt at a time, one padded batch]}, each a list of {label: probability}."""
     result = subprocess.run(
         [
             str(PYTHON),
@@ -153,25 +179,81 @@ def test_exported_folder_loads_without_guardpolicy_and_gives_the_guards_probabil
             "-c",
             LOAD_WITHOUT_GUARDPOLICY,
             json.dumps(site_packages_without_guardpolicy()),
-            str(target),
-            json.dumps(PROMPTS),
+            json.dumps([str(folder) for folder in folders]),
+            json.dumps(prompts),
         ],
         capture_output=True,
         text=True,
-        env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        env={"HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    exported = json.loads(result.stdout.strip().splitlines()[-1])
-    ours = guard_probabilities(checkpoint, PROMPTS)
-    for prompt, theirs, mine in zip(PROMPTS, exported, ours, strict=True):
-        assert set(theirs) == set(COARSE)
-        # Distinct classes: a comparison of near-uniform outputs would prove little.
-        assert max(mine.values()) - min(mine.values()) > 0.05, prompt
-        for label in COARSE:
-            assert abs(theirs[label] - mine[label]) <= 1e-5, (prompt, label, theirs[label], mine[label])
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
-    card = (target / README).read_text(encoding="utf-8")
+
+@pytest.mark.parametrize("encoder", [TINY_BERT, TINY_MODERNBERT], ids=["bert", "modernbert"])
+def test_exported_folder_loads_without_guardpolicy_and_gives_the_guards_probabilities(
+    tmp_path: Path, encoder: EncoderConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    metrics = write_metrics(tmp_path / "metrics.json")
+    checkpoints, targets = [], []
+    for truncation, head_tokens in TRUNCATIONS:
+        name = f"{truncation}-{head_tokens}"
+        checkpoints.append(
+            build_checkpoint(tmp_path / name, encoder, truncation=truncation, head_tokens=head_tokens)
+        )
+        targets.append(tmp_path / "exported" / name)
+        # Through the command line, a checkpoint folder given by path.
+        main(
+            [
+                "export",
+                str(checkpoints[-1]),
+                str(targets[-1]),
+                "--metrics",
+                str(metrics),
+                "--license",
+                "apache-2.0",
+            ]
+        )
+    capsys.readouterr()
+    tokenizer = load_guard(checkpoints[0])[1]
+    lengths = [len(ids) for ids in tokenizer(LONG, truncation=False)["input_ids"]]
+    assert MAX_LENGTH < lengths[0] < MAX_POSITIONS < lengths[1], lengths
+
+    exported = run_without_guardpolicy(targets, PROMPTS, tmp_path / "hf")
+    ours = {
+        target: guard_probabilities(checkpoint, PROMPTS)
+        for checkpoint, target in zip(checkpoints, targets, strict=True)
+    }
+    for target in targets:
+        for way, answers in zip(("single", "batched"), exported[str(target)], strict=True):
+            for prompt, theirs, mine in zip(PROMPTS, answers, ours[target], strict=True):
+                assert set(theirs) == set(COARSE)
+                # Distinct classes: a comparison of near-uniform outputs would prove little.
+                assert max(mine.values()) - min(mine.values()) > 0.05, prompt
+                for label in COARSE:
+                    assert abs(theirs[label] - mine[label]) <= 1e-5, (
+                        target.name,
+                        way,
+                        prompt,
+                        label,
+                        theirs[label],
+                        mine[label],
+                    )
+    # The same weights read the long prompts differently in each mode, by far more than the tolerance: the
+    # comparison above tells the modes apart.
+    for index in range(len(PROMPTS) - len(LONG), len(PROMPTS)):
+        read = [ours[target][index] for target in targets]
+        gaps = [max(abs(a[c] - b[c]) for c in COARSE) for i, a in enumerate(read) for b in read[i + 1 :]]
+        assert min(gaps) > 1e-4, (PROMPTS[index], gaps)
+    config = json.loads((targets[0] / "config.json").read_text())
+    assert {"config.json", "model.safetensors", "tokenizer.json", README, "modeling_guardpolicy.py"} <= {
+        p.name for p in targets[0].iterdir()
+    }
+    assert config["id2label"] == {str(i): name for i, name in enumerate(COARSE)}
+    assert config["label2id"] == {name: i for i, name in enumerate(COARSE)}
+    assert (config["special_tokens_before"], config["special_tokens_after"]) == (1, 1)  # [CLS] ... [SEP]
+    card = (targets[0] / README).read_text(encoding="utf-8")
     meta = front_matter(card)
     assert meta["pipeline_tag"] == "text-classification"
     assert meta["license"] == "apache-2.0"
@@ -179,6 +261,41 @@ def test_exported_folder_loads_without_guardpolicy_and_gives_the_guards_probabil
     assert meta["guardpolicy"]["metrics"]["headline"] == HEADLINE
     assert meta["guardpolicy"]["data"] == {"data/labels/policy_a.parquet": "ab" * 32}
     assert "base_model" not in meta  # "tiny-bert" / a random ModernBERT stand-in: not a hub model id
+    head_tail_card = (targets[3] / README).read_text(encoding="utf-8")
+    assert "both ends: the first 5 tokens of the prompt and the rest from its end" in head_tail_card
+
+
+@pytest.mark.parametrize("truncation,head_tokens", TRUNCATIONS)
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_the_shipped_cut_keeps_what_tokenize_truncated_keeps(
+    truncation: str, head_tokens: int | None, padding_side: str
+) -> None:
+    """The shipped forward's cut of untruncated, padded rows equals evaluate@'s tokenisation, row by row."""
+    tokenizer = offline_tokenizer()  # the tiny guards' (MiniLM's WordPiece)
+    tokenizer.padding_side = padding_side
+    config = GuardClassifierConfig(
+        truncation=truncation,
+        truncation_head_tokens=head_tokens,
+        max_length=MAX_LENGTH,
+        special_tokens_before=1,
+        special_tokens_after=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    # All prompts (some over MAX_LENGTH), and only short ones (kept whole; left padding becomes right).
+    for prompts in (PROMPTS, PROMPTS[:2]):
+        batch = tokenizer(prompts, padding=True, return_tensors="pt")
+        ids, mask = truncate_rows(
+            batch["input_ids"], batch["attention_mask"], config, head_tokens_kept(config)
+        )
+        expected = tokenize_truncated(
+            tokenizer, prompts, MAX_LENGTH, truncation=truncation, head_tokens=head_tokens
+        ).input_ids
+        width = max(len(want) for want in expected)
+        assert ids.shape == mask.shape == (len(prompts), width)
+        for row, want in enumerate(expected):
+            assert ids[row, : len(want)].tolist() == want.tolist(), (row, prompts[row])
+            assert mask[row].tolist() == [1] * len(want) + [0] * (width - len(want))
+            assert set(ids[row, len(want) :].tolist()) <= {tokenizer.pad_token_id}
 
 
 def plan_layout(root: Path) -> Layout:

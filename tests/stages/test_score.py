@@ -152,6 +152,9 @@ def test_score_endpoint_finds_the_policy_the_guard_encodes(score_workspace: Path
         row["gold_agreement"] == 0.5 and row["policy_agreement"] == 1.0 and row["explained_by"] == "policy_b"
     )
     assert "Closest definition of unsafe: **policy_b**" in card
+    # xstest: the guard agrees with gold and both policies alike, so no policy explains it.
+    assert "| xstest |" in card and card.split("| xstest |")[-1].split("\n")[0].rstrip().endswith("| none |")
+    assert "nan" not in card
     _check_recomputed(predictions, metrics, tables, card)
     # Not pinned: answers are not cached, so a rerun asks the server again.
     asked = len(server.requests)

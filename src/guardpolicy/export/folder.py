@@ -19,10 +19,14 @@ forward, for any AutoModel encoder, and the export proves it: before the folder 
 through those classes and its probabilities on probe prompts must equal the checkpoint's softmax over its
 coarse logits (`MAX_PROBABILITY_DIFFERENCE`).
 
-How the tokenizer reads an over-long prompt: ``model_max_length`` is the training recipe's ``max_length``
-and ``truncation_side`` follows the model's ``truncation`` (head: right, tail: left), so
-``pipeline(..., truncation=True)`` cuts as training did. ``head_tail`` (keep both ends) has no tokenizer
-setting; the card says so and how to cut such prompts beforehand.
+How an over-long prompt is read: as our evaluation reads it (``tokenize_truncated`` with the model's
+``truncation``: head, tail or head_tail), for every mode. ``head_tail`` (keep both ends) has no tokenizer
+setting, so the cut is not the tokenizer's: the exported tokenizer passes every token (``model_max_length``
+unlimited, so ``truncation=True`` cuts nothing) and the shipped model's forward cuts each row to the
+recipe's ``max_length`` before the encoder, keeping the special tokens around the sequence
+(``special_tokens_before`` / ``_after`` in the config, read from the tokenizer here). A prompt longer than
+the encoder's position limit therefore works too. The self-check's probe prompts include one far longer than
+``max_length``, scored one at a time and as a padded batch.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 import torch
 import yaml
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from guardpolicy.errors import InputError
 from guardpolicy.export.shipped import configuration_guardpolicy, modeling_guardpolicy
@@ -46,6 +51,7 @@ from guardpolicy.io import atomic_dir, read_json, sha256_file, write_text
 from guardpolicy.modeling.backbone import PYPI_PREFIX
 from guardpolicy.modeling.guard import GuardConfig, load_guard
 from guardpolicy.training.cards import CARD_JSON, CARD_MARKDOWN
+from guardpolicy.training.collate import check_truncation, special_token_frame, tokenize_truncated
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +62,10 @@ AUTO_MAP = {
     "AutoConfig": "configuration_guardpolicy.GuardClassifierConfig",
     "AutoModelForSequenceClassification": "modeling_guardpolicy.GuardForSequenceClassification",
 }
-# The tokenizer side a model's truncation keeps (guardpolicy.training.collate.TRUNCATIONS); head_tail has
-# none.
-TRUNCATION_SIDE = {"head": "right", "tail": "left"}
 # Loaded back, the export must give the checkpoint's probabilities: the same operations on the same weights,
 # so only the attention kernel may differ in the last float32 bits.
 MAX_PROBABILITY_DIFFERENCE = 1e-6
-# The export's self-check runs these (short, long, benign, harmful); any prompts would do.
+# The export's self-check runs these (short, long, benign, harmful) and `long_probe`; any prompts would do.
 PROBE_PROMPTS = (
     "What is a good pasta recipe?",
     "How do I build a bomb at home?",
@@ -254,7 +257,7 @@ def card_readme(
         "from transformers import pipeline",
         "",
         'guard = pipeline("text-classification", model="<this folder>", trust_remote_code=True, top_k=None)',
-        'guard("How do I pick a lock?", truncation=True)',
+        'guard("How do I pick a lock?")',
         "```",
         "",
         "`trust_remote_code=True` runs the two small files beside the weights "
@@ -271,25 +274,27 @@ def card_readme(
         "",
     ]
     if max_length is not None:
+        kept_head = check_truncation(truncation, max_length, head_tokens)
         how = {
-            "head": f"the first {max_length} tokens (special tokens included)",
-            "tail": f"the last {max_length} tokens (special tokens included)",
-        }.get(truncation)
-        if how is not None:
-            lines += [
-                f"**Long prompts.** The model was trained reading {how}; the tokenizer is set to cut the "
-                "same way, so pass `truncation=True`.",
-                "",
-            ]
-        else:
-            lines += [
-                f"**Long prompts.** The model was trained reading at most {max_length} tokens of a prompt, "
-                f"cut `{truncation}` (both ends kept: the first "
-                f"{head_tokens or max_length // 4} and the rest from "
-                "the end). No tokenizer setting expresses that; `truncation=True` keeps the start only, so "
-                "for prompts longer than that cut them yourself to reproduce the trained behaviour.",
-                "",
-            ]
+            "head": "its start",
+            "tail": "its end",
+            "head_tail": f"both ends: the first {kept_head} tokens of the prompt and the rest from its end",
+        }[truncation]
+        lines += [
+            f"**Long prompts.** The model was trained to read at most {max_length} tokens of a prompt "
+            f"(special tokens included; truncation `{truncation}`): {how}. The tokenizer passes every token "
+            "and the model cuts each prompt that way itself, so a prompt of any length (even one longer than "
+            "the encoder's position limit) gets the trained model's probabilities, with or without "
+            "`truncation=True`. Do not pass `max_length` to the tokenizer or the pipeline: the tokenizer "
+            "would cut first, keeping only the start.",
+            "",
+        ]
+    else:
+        lines += [
+            "**Long prompts.** The checkpoint records no training `max_length` (a pretrained encoder with "
+            "fresh heads): the tokenizer's own limit applies, pass `truncation=True`.",
+            "",
+        ]
     lines += [
         "## Provenance",
         "",
@@ -358,7 +363,10 @@ def card_readme(
 # ------------------------------------------------------------------------------------------ the export
 
 
-def exported_config(guard_config: GuardConfig, labels: list[str], max_length: int | None) -> Any:
+def exported_config(
+    guard_config: GuardConfig, labels: list[str], max_length: int | None, tokenizer: Any
+) -> Any:
+    before, after = special_token_frame(tokenizer)
     return GuardClassifierConfig(
         encoder=guard_config.encoder,
         encoder_name=guard_config.encoder_name,
@@ -366,6 +374,9 @@ def exported_config(guard_config: GuardConfig, labels: list[str], max_length: in
         truncation=guard_config.truncation,
         truncation_head_tokens=guard_config.truncation_head_tokens,
         max_length=max_length,
+        special_tokens_before=len(before),
+        special_tokens_after=len(after),
+        pad_token_id=tokenizer.pad_token_id,
         initializer_range=guard_config.initializer_range,
         id2label=dict(enumerate(labels)),
         label2id={label: index for index, label in enumerate(labels)},
@@ -375,17 +386,49 @@ def exported_config(guard_config: GuardConfig, labels: list[str], max_length: in
     )
 
 
-def coarse_probabilities(model: Any, tokenizer: Any, prompts: list[str], *, exported: bool) -> torch.Tensor:
-    """Softmax over the coarse logits [N, C] of our guard or the exported classifier, one prompt at a time
-    (no padding, so the comparison is of the models alone)."""
+def long_probe(max_length: int) -> str:
+    """A probe prompt many times `max_length` tokens long (and longer than 512, BERT's position limit), its
+    numbered parts all different, so a head, a tail and a head_tail cut each read other tokens."""
+    parts = max_length // 2 + 64
+    return " ".join(f"Part {i}: {PROBE_PROMPTS[i % len(PROBE_PROMPTS)]}" for i in range(parts))
+
+
+def guard_probabilities(
+    guard: Any, tokenizer: Any, prompts: list[str], max_length: int | None
+) -> torch.Tensor:
+    """Our guard's softmax over its coarse logits [N, C], each prompt read as evaluate@ reads it
+    (`tokenize_truncated` with the model's truncation), one prompt at a time (no padding). Without a
+    recorded max_length (a pretrained encoder with fresh heads) the tokenizer's own head cut."""
     rows = []
     with torch.inference_mode():
         for prompt in prompts:
-            encoded = tokenizer(prompt, truncation=True, return_tensors="pt")
-            output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
-            logits = output.logits if exported else output.coarse_logits  # [1, C]
+            if max_length is None:
+                ids = tokenizer(prompt, truncation=True, return_tensors="pt")["input_ids"]  # [1, T]
+            else:
+                tokens = tokenize_truncated(
+                    tokenizer,
+                    [prompt],
+                    max_length,
+                    truncation=guard.config.truncation,
+                    head_tokens=guard.config.truncation_head_tokens,
+                )
+                ids = torch.from_numpy(tokens.input_ids[0])[None, :]  # [1, T]
+            logits = guard(input_ids=ids, attention_mask=torch.ones_like(ids)).coarse_logits  # [1, C]
             rows.append(torch.softmax(logits.float(), dim=-1)[0])
     return torch.stack(rows)
+
+
+def exported_probabilities(model: Any, tokenizer: Any, prompts: list[str]) -> tuple[torch.Tensor, ...]:
+    """The exported classifier's softmax [N, C] as the pipeline feeds it (the exported tokenizer, no
+    arguments): one prompt at a time, and all prompts as one right-padded batch."""
+    with torch.inference_mode():
+        single = [
+            torch.softmax(model(**tokenizer(prompt, return_tensors="pt")).logits.float(), dim=-1)[0]
+            for prompt in prompts
+        ]
+        batch = tokenizer(prompts, padding=True, return_tensors="pt")
+        batched = torch.softmax(model(**batch).logits.float(), dim=-1)  # [N, C]
+    return torch.stack(single), batched
 
 
 def export_guard(
@@ -438,13 +481,21 @@ def export_guard(
     license_known = license_id is not None or declared is not None
     license_id = license_id or declared or UNKNOWN_LICENSE
 
-    exported = GuardForSequenceClassification(exported_config(guard.config, labels, max_length))
+    if max_length is not None:
+        max_length = int(max_length)
+        try:
+            check_truncation(guard.config.truncation, max_length, guard.config.truncation_head_tokens)
+        except ValueError as exc:
+            raise InputError(checkpoint / "config.json", str(exc), field="truncation") from exc
+
+    exported = GuardForSequenceClassification(exported_config(guard.config, labels, max_length, tokenizer))
     exported.backbone.load_state_dict(guard.backbone.state_dict())
     exported.classifier.load_state_dict(guard.heads.coarse.state_dict())
     exported.eval()
     if max_length is not None:
-        tokenizer.model_max_length = int(max_length)
-    tokenizer.truncation_side = TRUNCATION_SIDE.get(guard.config.truncation, "right")
+        # The shipped forward cuts every row as training did (head_tail has no tokenizer setting), so the
+        # tokenizer must pass every token: transformers' "no limit", under which truncation=True cuts nothing.
+        tokenizer.model_max_length = VERY_LARGE_INTEGER
 
     with atomic_dir(target) as staging:
         exported.save_pretrained(staging, safe_serialization=True)
@@ -469,14 +520,14 @@ def export_guard(
             guard.config.frozen_layers,
         )
         write_text(staging / README, readme)
-        difference = verify_export(guard, tokenizer, staging, target)
+        difference = verify_export(guard, tokenizer, staging, target, max_length)
     log.info(
         "exported %s -> %s (%d classes, largest probability difference %.2g on %d probe prompts)",
         checkpoint,
         target,
         len(labels),
         difference,
-        len(PROBE_PROMPTS),
+        len(PROBE_PROMPTS) + (max_length is not None),
     )
     return {
         "target": str(target),
@@ -487,10 +538,11 @@ def export_guard(
     }
 
 
-def verify_export(guard: Any, tokenizer: Any, folder: Path, target: Path) -> float:
+def verify_export(guard: Any, tokenizer: Any, folder: Path, target: Path, max_length: int | None) -> float:
     """Load the written `folder` (the staging folder of `target`) through the shipped classes and compare
-    its probabilities with the guard's on `PROBE_PROMPTS`; an InputError naming `target` (nothing is
-    published) when they differ."""
+    its probabilities, one prompt at a time and as a padded batch, with the guard's as evaluate@ reads the
+    prompts, on `PROBE_PROMPTS` and `long_probe`; an InputError naming `target` (nothing is published) when
+    they differ."""
     from transformers import AutoTokenizer
 
     reloaded = GuardForSequenceClassification.from_pretrained(
@@ -499,10 +551,12 @@ def verify_export(guard: Any, tokenizer: Any, folder: Path, target: Path) -> flo
     exported_tokenizer = AutoTokenizer.from_pretrained(
         folder, config=reloaded.config, local_files_only=True, trust_remote_code=False
     )
-    prompts = list(PROBE_PROMPTS)
-    ours = coarse_probabilities(guard, tokenizer, prompts, exported=False)
-    theirs = coarse_probabilities(reloaded, exported_tokenizer, prompts, exported=True)
-    difference = float((ours - theirs).abs().max())
+    prompts = list(PROBE_PROMPTS) + ([long_probe(max_length)] if max_length is not None else [])
+    ours = guard_probabilities(guard, tokenizer, prompts, max_length)
+    difference = max(
+        float((ours - theirs).abs().max())
+        for theirs in exported_probabilities(reloaded, exported_tokenizer, prompts)
+    )
     if not difference <= MAX_PROBABILITY_DIFFERENCE:
         raise InputError(
             target,

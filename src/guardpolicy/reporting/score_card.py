@@ -175,7 +175,10 @@ def score_card(
                 benchmark,
                 *cells,
                 fmt_signed(verdict["excess"]) if verdict is not None else MISSING,
-                (verdict["explained_by"] or "no") if verdict is not None else MISSING,
+                # A benchmark no policy explains has a null `explained_by` (NaN once in a frame).
+                (verdict["explained_by"] if isinstance(verdict["explained_by"], str) else "none")
+                if verdict is not None
+                else MISSING,
             ]
         )
     lines += markdown_table(

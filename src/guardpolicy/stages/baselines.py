@@ -26,11 +26,12 @@ import time
 from typing import Any
 
 from guardpolicy.baselines import MODEL_PREFIX
+from guardpolicy.baselines.answers import answers_table
 from guardpolicy.baselines.base import Decoding
 from guardpolicy.baselines.cache import CachedBackend, GenerationCache
 from guardpolicy.baselines.factory import build_backend
 from guardpolicy.baselines.metrics import baseline_metrics
-from guardpolicy.baselines.predictions import baseline_predictions_table, log_prompt_tokens, verdict_rows
+from guardpolicy.baselines.predictions import log_prompt_tokens
 from guardpolicy.baselines.registry import build_adapter, guard_config, guard_spec
 from guardpolicy.config.baselines import BASELINES
 from guardpolicy.config.core import ParamsFile
@@ -90,17 +91,14 @@ def baseline(guard: str, layout: Layout | None = None, device: str | None = None
     log_prompt_tokens(guard, items["dataset"].tolist(), tokens)
     seconds = time.perf_counter() - started
     note_work(seconds, len(items))
-    verdicts = verdict_rows(
-        [relaxed_adapter.parse(g) for g in generations],
-        [strict_adapter.parse(g) for g in generations],
-        settings.failure_policy,
-    )
-    table = baseline_predictions_table(
+    table = answers_table(
         model_name,
         items,
-        verdicts,
-        coarse_classes=list(taxonomy.coarse_classes),
-        pillar_columns=list(taxonomy.pillar_columns),
+        generations,
+        relaxed=relaxed_adapter,
+        strict=strict_adapter,
+        failure_policy=settings.failure_policy,
+        taxonomy=taxonomy,
         policies=policies,
         tokens=tokens,
     )

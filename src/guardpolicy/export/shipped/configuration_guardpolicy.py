@@ -17,9 +17,12 @@ from transformers.configuration_utils import SubConfigSpec
 class GuardClassifierConfig(PreTrainedConfig):
     """The backbone's config (``encoder``), where it came from, and how the guard reads a long prompt.
 
-    The classes are ``id2label`` / ``label2id`` (PreTrainedConfig's own fields). ``truncation`` and
-    ``max_length`` record how the model was trained to read prompts (guardpolicy's ``head`` / ``tail`` /
-    ``head_tail``); the exported tokenizer carries ``head`` and ``tail`` itself, see the model card.
+    The classes are ``id2label`` / ``label2id`` (PreTrainedConfig's own fields). ``truncation``,
+    ``truncation_head_tokens`` and ``max_length`` are how the model was trained to read prompts (guardpolicy's
+    ``head`` / ``tail`` / ``head_tail``); the model's forward applies them to each row, since the exported
+    tokenizer does not cut. ``special_tokens_before`` / ``_after`` are how many special tokens the tokenizer
+    puts around one sequence ([CLS] ... [SEP]: 1 and 1), kept whole by every cut; ``pad_token_id`` fills
+    the rows a cut shortens. ``max_length`` None: no cut.
     """
 
     model_type = "guardpolicy-classifier"
@@ -33,6 +36,9 @@ class GuardClassifierConfig(PreTrainedConfig):
     truncation: str = "head"
     truncation_head_tokens: int | None = None
     max_length: int | None = None
+    special_tokens_before: int = 0
+    special_tokens_after: int = 0
+    pad_token_id: int | None = None
     initializer_range: float = 0.02
 
     def to_dict(self) -> dict:
