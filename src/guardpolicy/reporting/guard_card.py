@@ -19,6 +19,24 @@ from guardpolicy.layout import relative_path
 from guardpolicy.reporting.formatting import MISSING, fmt, fmt_ci, fmt_count, fmt_signed, markdown_table
 
 
+def headline_table(headline: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """CAP / OVER-REF / COPY with intervals per guard mapping (relaxed, strict), as `guard_headline` gives
+    them: the table both a guard card and a score card open with."""
+    return markdown_table(
+        ["mapping", "CAP", "OVER-REF", "COPY"],
+        [
+            [
+                guard_mapping,
+                *(
+                    fmt_ci(values.get(name), values.get(f"{name}_ci_low"), values.get(f"{name}_ci_high"))
+                    for name, _, _ in HEADLINE_ROWS
+                ),
+            ]
+            for guard_mapping, values in headline.items()
+        ],
+    )
+
+
 def _best_at_guard_point(calibration: pd.DataFrame, model: str, main_seed: int) -> dict[str, Any]:
     """Per guard mapping and scale: our main-seed model with the top mean CAP at the guard's over-refusal."""
     chosen = calibration[(calibration["guard"] == model) & (calibration["benchmark"] == MEAN_HARMFUL)]
@@ -118,19 +136,7 @@ def guard_card(
         "",
         "*relaxed*: the middle label (Qwen3Guard's Controversial) counts as safe; *strict*: as unsafe.",
         "",
-        *markdown_table(
-            ["mapping", "CAP", "OVER-REF", "COPY"],
-            [
-                [
-                    guard_mapping,
-                    *(
-                        fmt_ci(values.get(name), values.get(f"{name}_ci_low"), values.get(f"{name}_ci_high"))
-                        for name, _, _ in HEADLINE_ROWS
-                    ),
-                ]
-                for guard_mapping, values in headline.items()
-            ],
-        ),
+        *headline_table(headline),
         "",
         "Mapping effect (strict − relaxed over-refusal), per benchmark with safe prompts: "
         + (

@@ -11,9 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from guardpolicy.analysis.baselines import GUARD_MAPPING, HEADLINE_ROWS
+from guardpolicy.analysis.baselines import GUARD_MAPPING
 from guardpolicy.analysis.score import GOLD
 from guardpolicy.reporting.formatting import MISSING, fmt, fmt_ci, fmt_count, fmt_signed, markdown_table
+from guardpolicy.reporting.guard_card import headline_table
 
 METRICS = ("cap", "over_ref", "f1", "auprc")
 METRIC_NAMES = {"cap": "CAP", "over_ref": "OVER-REF", "f1": "F1", "auprc": "AUPRC"}
@@ -73,19 +74,7 @@ def score_card(
         "*relaxed*: a middle label (Qwen3Guard's Controversial) counts as safe; *strict*: as unsafe. CAP is "
         "the mean over harmful benchmarks, OVER-REF over benign ones, COPY the copyright benchmark's CAP.",
         "",
-        *markdown_table(
-            ["mapping", "CAP", "OVER-REF", "COPY"],
-            [
-                [
-                    name,
-                    *(
-                        fmt_ci(values.get(key), values.get(f"{key}_ci_low"), values.get(f"{key}_ci_high"))
-                        for key, _, _ in HEADLINE_ROWS
-                    ),
-                ]
-                for name, values in headline.items()
-            ],
-        ),
+        *headline_table(headline),
         "",
         f"## Per benchmark (subset `{subset}`, mapping `{guard_mapping}`)",
         "",
