@@ -276,5 +276,9 @@ def test_score_one_of_our_checkpoints_by_plan_name(score_workspace: Path) -> Non
     assert metrics["guard"]["source"] == "checkpoint" and predictions["pred_coarse"].notna().all()
     assert (predictions["raw"] == predictions["pred_coarse"]).all()
     _check_recomputed(predictions, metrics, tables, card)
+    # With a model card, the checkpoint is read at the length it was trained at, as evaluate@ reads it.
+    (score_workspace / "models" / "small-E2" / "model_card.json").write_text('{"recipe": {"max_length": 24}}')
+    score(checkpoint="small-E2", batch_size=4, layout=Layout(score_workspace))
+    assert _outputs(score_workspace, "small_e2")[1]["guard"]["max_length"] == 24
     with pytest.raises(InputError, match=r"models/large-E9.*checkpoint not found"):
         score(checkpoint="large-E9", layout=Layout(score_workspace))

@@ -22,8 +22,10 @@ from guardpolicy.baselines.target import resolve_target
 from guardpolicy.config.score import ScoreConfig, ScoreGuardConfig
 from guardpolicy.evaluation import scoring as evaluation
 from guardpolicy.evaluation.inputs import load_checkpoint
+from guardpolicy.io import read_json
 from guardpolicy.layout import Layout
 from guardpolicy.taxonomy import Taxonomy
+from guardpolicy.training.cards import CARD_JSON
 from guardpolicy.training.device import choose_device, configure_threads
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,16 @@ class ScoreRun:
     facts: dict[str, Any]
     seconds: float
     cache_stats: dict[str, int] | None
+
+
+def trained_max_length(folder: Path) -> int | None:
+    """The `max_length` a checkpoint was trained at, from its model card's recipe (None: no card or recipe,
+    e.g. backbone@'s pretrained encoder)."""
+    card = folder / CARD_JSON
+    if not card.is_file():
+        return None
+    value = ((read_json(card) or {}).get("recipe") or {}).get("max_length")
+    return int(value) if value is not None else None
 
 
 def run_guard(
@@ -115,9 +127,9 @@ def run_checkpoint(
     if not folder.is_dir():
         folder = layout.path("model", model=config.checkpoint)
     guard, tokenizer = load_checkpoint(folder, f"train@{config.checkpoint} (or teacher@)")
-    # Our evaluation's default (profiles' max_length) is a params value score does not read: the flag, else
-    # what the tokenizer accepts, at most 512.
-    max_length = config.max_length or min(512, int(tokenizer.model_max_length))
+    # The flag, else the length the checkpoint was trained at (its card's recipe: what evaluate@ reads with
+    # the profile's default), else what the tokenizer accepts, at most 512 (a card without a recipe).
+    max_length = config.max_length or trained_max_length(folder) or min(512, int(tokenizer.model_max_length))
     configure_threads()
     started = time.perf_counter()
     scores = evaluation.run_guard(
