@@ -7,9 +7,12 @@ It listens on 127.0.0.1 (a free port), records every request, and answers by the
 - the guards: `qwen-guard` (Qwen3Guard-style `Safety: ...` with decision log-probs), `llama-guard`
   (`safe` / `unsafe\\nS1`), and broken ones: `broken-guard` (HTTP 500), `not-json-guard`, `no-choices-guard`,
   `empty-guard`;
-- `flaky-*`: HTTP 429 while `rate_limited_left` > 0, then answers like its family (`flaky-judge` as a
-  keyword judge in other words, `flaky-guard` as `qwen-guard`);
+- `flaky-*`: HTTP 429 (with `Retry-After: retry_after` when set) while `rate_limited_left` > 0, then answers
+  like its family (`flaky-judge` as a keyword judge in other words, `flaky-guard` as `qwen-guard`);
 - `missing-*` or any path other than /v1/chat/completions: HTTP 404.
+
+A judge honours `n` (n identical choices) like vLLM, unless `n_support` is "ignore" (one choice, as some
+servers do) or "refuse" (HTTP 400 for n > 1). `latency_s` delays every answer (kill-and-resume tests).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import json
 import math
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +45,9 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self.rate_limited_left = 0  # the next N requests to a `flaky-*` model get HTTP 429
+        self.retry_after: str | None = None  # the Retry-After header of those 429s
+        self.n_support = "honour"  # honour | ignore | refuse
+        self.latency_s = 0.0
 
     @property
     def base_url(self) -> str:
@@ -148,8 +155,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep the test output clean
         pass
 
-    def _send(self, status: int, body: bytes) -> None:
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -163,13 +172,21 @@ class _Handler(BaseHTTPRequestHandler):
             rate_limited = model.startswith("flaky-") and self.server.rate_limited_left > 0
             if rate_limited:
                 self.server.rate_limited_left -= 1
+        if self.server.latency_s:
+            time.sleep(self.server.latency_s)
+        n = int(request.get("n") or 1)
         if self.path != "/v1/chat/completions" or model.startswith("missing-"):
             self._send(404, json.dumps({"error": {"message": f"model {model} not found"}}).encode())
         elif rate_limited:
-            self._send(429, json.dumps({"error": {"message": "slow down"}}).encode())
+            headers = {"Retry-After": self.server.retry_after} if self.server.retry_after else None
+            self._send(429, json.dumps({"error": {"message": "slow down"}}).encode(), headers)
+        elif model.endswith("-judge") and n > 1 and self.server.n_support == "refuse":
+            self._send(400, json.dumps({"error": {"message": "n > 1 is not supported"}}).encode())
         elif model.endswith("-judge"):
             content = judge_content(model, request["messages"])
-            choice = {"index": 0, "message": {"role": "assistant", "content": content}}
-            self._send(200, json.dumps({"choices": [choice]}).encode())
+            count = 1 if self.server.n_support == "ignore" else n
+            message = {"role": "assistant", "content": content}
+            choices = [{"index": i, "message": message} for i in range(count)]
+            self._send(200, json.dumps({"choices": choices}).encode())
         else:
             self._send(*guard_response("qwen-guard" if model == "flaky-guard" else model, request))

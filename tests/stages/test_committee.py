@@ -70,7 +70,13 @@ def committee_pool() -> pd.DataFrame:
 
 
 def run_committee(
-    server: FakeOpenAIServer, tmp_path: Path, models: list[str], samples: int = 2, max_retries: int = 1
+    server: FakeOpenAIServer,
+    tmp_path: Path,
+    models: list[str],
+    samples: int = 2,
+    max_retries: int = 1,
+    use_n: str = "never",
+    **config: object,
 ) -> LabelResult:
     config = CommitteeConfig(
         base_url=server.base_url,
@@ -81,7 +87,9 @@ def run_committee(
         cache_dir=str(tmp_path / "cache"),
         timeout_s=5.0,
         max_retries=max_retries,
-        concurrency=4,
+        max_in_flight=4,
+        use_n=use_n,  # type: ignore[arg-type]
+        **config,  # type: ignore[arg-type]
     )
     params = PolicyParams(file="unused", labeler="committee", committee=config)
     labeler = make_labeler(params, POLICY_B, TAXONOMY, backoff_s=0.001)
@@ -132,8 +140,6 @@ def test_committee_labels_pillars_spans_garbage_and_report(
 def test_rerun_is_answered_from_the_cache(
     server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Small submission chunks (4 answers), so the chunked submission is exercised too.
-    monkeypatch.setattr(committee, "SUBMIT_CHUNK_PER_WORKER", 1)
     first = run_committee(server, tmp_path, ["keyword-judge", "garbage-judge"])
     sent = len(server.requests)
     second = run_committee(server, tmp_path, ["keyword-judge", "garbage-judge"])
