@@ -48,6 +48,8 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         self.retry_after: str | None = None  # the Retry-After header of those 429s
         self.n_support = "honour"  # honour | ignore | refuse
         self.latency_s = 0.0
+        self.active = 0  # requests being answered now, and the most at once (in-flight windows)
+        self.max_active = 0
 
     @property
     def base_url(self) -> str:
@@ -172,8 +174,18 @@ class _Handler(BaseHTTPRequestHandler):
             rate_limited = model.startswith("flaky-") and self.server.rate_limited_left > 0
             if rate_limited:
                 self.server.rate_limited_left -= 1
-        if self.server.latency_s:
-            time.sleep(self.server.latency_s)
+        with self.server.lock:
+            self.server.active += 1
+            self.server.max_active = max(self.server.max_active, self.server.active)
+        try:
+            if self.server.latency_s:
+                time.sleep(self.server.latency_s)
+            self._answer(request, model, rate_limited)
+        finally:
+            with self.server.lock:
+                self.server.active -= 1
+
+    def _answer(self, request: dict[str, Any], model: str, rate_limited: bool) -> None:
         n = int(request.get("n") or 1)
         if self.path != "/v1/chat/completions" or model.startswith("missing-"):
             self._send(404, json.dumps({"error": {"message": f"model {model} not found"}}).encode())
