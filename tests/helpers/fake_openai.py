@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -50,6 +51,11 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         self.latency_s = 0.0
         self.active = 0  # requests being answered now, and the most at once (in-flight windows)
         self.max_active = 0
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client killed mid-request (kill-and-resume tests) is expected; anything else is reported.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     @property
     def base_url(self) -> str:
