@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export GX_ANALYTICS_ENABLED := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro pull test test-e2e test-all bench bench-dag lint diff clean
+.PHONY: setup repro pull test test-e2e test-all bench bench-dag bench-llm lint diff clean
 
 # Re-install when the dependency list changes. torch goes first and alone so that pip takes the pinned
 # wheel (the local CPU build here) instead of letting a dependency pull a multi-GB CUDA build.
@@ -48,9 +48,14 @@ test-all: setup
 # Timings are measured, never asserted in tests: reports/bench/*.json, with the machine's speed beside them.
 # bench-dag needs only the checkout and the mirror; bench-train and bench-eval read the default run's pool and
 # models/large-E2 (`make repro` or `dvc pull` first).
-bench: bench-dag
+bench: bench-dag bench-llm
 	guardpolicy bench-train --out reports/bench/train.json
 	guardpolicy bench-eval --out reports/bench/eval.json
+
+# The LLM clients against a fake server with a fixed 50 ms latency: requests/s at 1-256 in flight and a
+# kill-and-resume count (docs/llm-throughput.md). Needs only the checkout.
+bench-llm: setup
+	guardpolicy bench-llm --out reports/bench/llm.json
 
 bench-dag: setup
 	guardpolicy bench-dag --scope reduced

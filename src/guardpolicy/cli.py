@@ -24,6 +24,7 @@
     guardpolicy guard-card qwen3guard_0_6b    # its card, reports/guards/<guard>.md
     guardpolicy score --model ./my-guard      # one guard on the benchmarks, no study: reports/score/<guard>/
     guardpolicy bench-score --prompts 500     # wall time of scoring a random ~86M-parameter classifier
+    guardpolicy bench-llm                     # LLM client requests/s at 1..256 in flight, kill-and-resume
     guardpolicy diff --rev main               # Markdown: metrics + params diff vs a revision or experiment
     guardpolicy taxonomy                      # the validated label space
     guardpolicy params                        # the active profile, validated
@@ -122,6 +123,7 @@ COMMANDS = {
     "guard-card": "guardpolicy.stages.guard_card:write_guard_card",
     "score": "guardpolicy.stages.score:score",
     "bench-score": "guardpolicy.devtools.bench_score:bench_score",
+    "bench-llm": "guardpolicy.devtools.bench_llm:bench_llm",
     "diff": "guardpolicy.reporting.diff:diff",
     "taxonomy": "guardpolicy.cli:show_taxonomy",
     "params": "guardpolicy.cli:show_params",

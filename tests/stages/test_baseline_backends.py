@@ -395,7 +395,9 @@ def test_server_backend_persistent_failures_name_url_and_status(server: FakeOpen
     assert len(server.requests) == 4
     # Nobody listening: connection errors are retried, then reported with the URL.
     dead = OpenAIServerBackend("http://127.0.0.1:9/v1", "g", max_retries=1, backoff_s=0.001, timeout_s=2)
-    with pytest.raises(BackendError, match=r"127\.0\.0\.1:9/v1/chat/completions: ConnectionError"):
+    with pytest.raises(
+        BackendError, match=r"127\.0\.0\.1:9/v1/chat/completions: NewConnectionError.*Connection refused"
+    ):
         dead.generate(qwen_adapter(), ["a"], Decoding())
 
 

@@ -88,7 +88,7 @@ def _check_top_logprobs(decoding: Decoding) -> None:
 
 
 class _CompletionsClient(ChatClient):
-    """The committee's chat client (per-thread sessions, backoff, Retry-After), any request body."""
+    """The committee's chat client (pooled connections, backoff, Retry-After), any request body."""
 
     role = "guard"
     error = BackendError
@@ -159,7 +159,12 @@ class OpenAIServerBackend:
         self.max_in_flight = max_in_flight
         api_key = os.environ.get(api_key_env) if api_key_env else None
         self.client = _CompletionsClient(
-            base_url, timeout_s=timeout_s, max_retries=max_retries, api_key=api_key, backoff_s=backoff_s
+            base_url,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            api_key=api_key,
+            backoff_s=backoff_s,
+            max_connections=max_in_flight,
         )
         # Prompts answered by the server so far (a cached rerun sends none; retries: client.requests_sent).
         self.generated = 0
