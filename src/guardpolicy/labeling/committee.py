@@ -51,6 +51,7 @@ from guardpolicy.labeling.base import Decision, Labeler, PoolRow
 from guardpolicy.labeling.kappa import fleiss_kappa
 from guardpolicy.labeling.policy import Policy
 from guardpolicy.labeling.rules import pillars_for_class
+from guardpolicy.shared_cache import cache_folder
 from guardpolicy.taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
@@ -442,7 +443,9 @@ class CommitteeLabeler(Labeler):
         # Endpoints (by URL) found not to honour `n` in `auto` mode: one sample per request from then on.
         self._no_n: set[str] = set()
         self._no_n_lock = threading.Lock()
-        self.cache = AnswerCache(config.cache_dir)
+        self.cache = AnswerCache(
+            cache_folder(config.cache_dir, f"policies.{policy.name}.committee.cache_dir")
+        )
         self.system = system_prompt(policy, taxonomy)
 
     @property
