@@ -13,16 +13,23 @@ and tests/e2e/test_queued_experiments.py (a queued pool experiment on the reduce
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers.dvc_repo import DVC, add_remote, commit, ran_stages, run, share_through_remote, stage_env
+from helpers.dvc_repo import (
+    DVC,
+    add_remote,
+    commit,
+    ran_stages,
+    run,
+    share_through_remote,
+    stage_env,
+    wait_for_the_queue,
+)
 from helpers.paths import REPO_ROOT
 from helpers.tiny_dvc import TWO_STAGES, TWO_STAGES_PIPELINE, tiny_repository
 
-from guardpolicy.devtools.smoke import SUBPROCESS_TIMEOUT_S
 from guardpolicy.labeling.committee import AnswerCache
 from guardpolicy.layout import EXPERIMENT_COPIES
 
@@ -93,18 +100,6 @@ def test_a_pushed_run_cache_restores_only_stages_whose_outputs_are_all_cached(tm
     assert json.loads((clone / "total.json").read_text(encoding="utf-8")) == {"total": 21}
 
 
-def _wait_for_the_queue(work: Path, env: dict[str, str]) -> None:
-    """`dvc queue start` returns at once, the celery worker running the task in the background: wait until
-    `dvc queue status` shows no task queued or running."""
-    deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S  # a hang guard, never a speed target
-    while time.monotonic() < deadline:
-        rows = run([DVC, "queue", "status"], work, env).stdout.splitlines()
-        if not any(word in row.split() for row in rows for word in ("Queued", "Running")):
-            return
-        time.sleep(1)
-    raise AssertionError(f"the queue in {work} did not finish within {SUBPROCESS_TIMEOUT_S} s")
-
-
 WHERE = """
     import json
     from guardpolicy.layout import Layout
@@ -152,7 +147,7 @@ def test_a_queued_experiment_runs_in_a_copy_whose_layout_finds_the_workspace(
     run([DVC, "exp", "run", "--queue", "-n", "queued", "-S", "n=2"], work, env)
     run([DVC, *how], work, env)
     if how == ["queue", "start"]:
-        _wait_for_the_queue(work, env)
+        wait_for_the_queue(work, env)
     shown = json.loads(run([DVC, "exp", "show", "--json"], work, env).stdout)
     [experiment] = [
         rev for baseline in shown for group in baseline.get("experiments") or [] for rev in group["revs"]
@@ -207,7 +202,7 @@ def test_two_queue_workers_share_the_workspaces_llm_cache_and_keep_their_own_dev
     run([DVC, "queue", "start", "--jobs", "1"], work, {**env, "CUDA_VISIBLE_DEVICES": "0"})
     run([DVC, "queue", "start", "--jobs", "2"], work, {**env, "CUDA_VISIBLE_DEVICES": "1"})
     try:
-        _wait_for_the_queue(work, env)
+        wait_for_the_queue(work, env)
     finally:
         run([DVC, "queue", "stop"], work, env, check=False)
     shown = json.loads(run([DVC, "exp", "show", "--json"], work, env).stdout)
