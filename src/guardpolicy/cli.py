@@ -25,6 +25,7 @@
     guardpolicy score --model ./my-guard      # one guard on the benchmarks, no study: reports/score/<guard>/
     guardpolicy bench-score --prompts 500     # wall time of scoring a random ~86M-parameter classifier
     guardpolicy bench-llm                     # LLM client requests/s at 1..256 in flight, kill-and-resume
+    guardpolicy live-llm-check --serve-cmd .. # committee + a baseline against a real server (make llm-check)
     guardpolicy diff --rev main               # Markdown: metrics + params diff vs a revision or experiment
     guardpolicy taxonomy                      # the validated label space
     guardpolicy params                        # the active profile, validated
@@ -124,6 +125,7 @@ COMMANDS = {
     "score": "guardpolicy.stages.score:score",
     "bench-score": "guardpolicy.devtools.bench_score:bench_score",
     "bench-llm": "guardpolicy.devtools.bench_llm:bench_llm",
+    "live-llm-check": "guardpolicy.devtools.live_llm:live_llm_check",
     "diff": "guardpolicy.reporting.diff:diff",
     "taxonomy": "guardpolicy.cli:show_taxonomy",
     "params": "guardpolicy.cli:show_params",

@@ -172,6 +172,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._send(
+                200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode()
+            )
+        else:
+            self._send(404, json.dumps({"error": {"message": f"no {self.path}"}}).encode())
+
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         model = request["model"]

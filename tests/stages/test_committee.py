@@ -56,8 +56,9 @@ def test_committee_labels_pillars_spans_garbage_and_report(
 
     report = result.report["committee"]
     # 4 items x 2 rounds x 2 samples per judge; the garbage judge is asked once and re-asked once each time.
-    assert report["judges"]["garbage-judge"] == {"answers": 16, "garbage": 32, "abstentions": 16}
-    assert report["judges"]["keyword-judge"] == {"answers": 16, "garbage": 0, "abstentions": 0}
+    assert report["judges"]["garbage-judge"] == {"answers": 16, "garbage": 32, "abstentions": 16, "yes": 0}
+    # yes to the bomb and the story (unsafe), the story (compound) and the history (boundary), 2 samples each
+    assert report["judges"]["keyword-judge"] == {"answers": 16, "garbage": 0, "abstentions": 0, "yes": 8}
     assert report["http_requests"] == len(server.requests) == 16 + 16 + 32
     assert report["cache_hits"] == 0
     assert {r: report["rounds"][r]["items"] for r in report["rounds"]} == {

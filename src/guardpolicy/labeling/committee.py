@@ -605,7 +605,7 @@ class CommitteeLabeler(Labeler):
         votes: dict[str, dict[int, dict[str, list[str | None]]]] = {r: {} for r in ROUNDS}
         stats = {"cache_hits": 0}
         requests_before = self.requests_sent
-        judges = {m: Counter({"answers": 0, "garbage": 0, "abstentions": 0}) for m in models}
+        judges = {m: Counter({"answers": 0, "garbage": 0, "abstentions": 0, "yes": 0}) for m in models}
 
         def run_round(round_items: dict[str, list[int]]) -> None:
             tasks = [
@@ -632,6 +632,7 @@ class CommitteeLabeler(Labeler):
                 judge["answers"] += 1
                 judge["garbage"] += record["garbage"]
                 judge["abstentions"] += record["answer"] is None
+                judge["yes"] += record["answer"] == YES
                 item_votes = votes[task.round_name].setdefault(task.item, {})
                 item_votes.setdefault(task.model, [None] * len(samples))[task.sample] = record["answer"]
             for round_name, items in round_items.items():
