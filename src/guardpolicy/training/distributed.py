@@ -9,13 +9,19 @@ micro-batches on every rank so that DDP's gradient all-reduce happens at the sam
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+log = logging.getLogger(__name__)
 
 
 def launched_processes() -> int:
@@ -101,3 +107,48 @@ def rank_micro_batches(
         else:
             micro.append((indices[:1], 0.0))
     return micro
+
+
+def is_main_process() -> bool:
+    """Rank 0 of a launched run, or the only process; the one that writes a stage's outputs."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def relaunch_stage(num_processes: int, script: Path, args: list[str]) -> bool:
+    """Run the stage script `script args` again under `accelerate launch` with `num_processes` processes, when
+    params training.num_processes asks for more than one and this process was not launched already.
+
+    Returns True when the stage ran in the launched processes (their rank 0 wrote its outputs) and False when
+    the caller should run the stage itself. `--multi_gpu` makes accelerate start one process per device through
+    torch.distributed.run (on a CPU-only machine the processes use gloo); an `accelerate config` file's other
+    settings still apply. The launched ranks leave the stage's timing record to this process (DVC's).
+    """
+    if num_processes <= 1 or launched_processes() > 1:
+        return False
+    from guardpolicy.timing import STAGE_ENV
+
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(num_processes),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(script),
+        *args,
+    ]
+    log.info("training.num_processes %d: %s", num_processes, " ".join(command))
+    env = {k: v for k, v in os.environ.items() if k != STAGE_ENV}
+    completed = subprocess.run(command, check=False, env=env)
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"{script} {' '.join(args)} under accelerate launch ({num_processes} processes) exited with "
+            f"status {completed.returncode}; see the ranks' output above"
+        )
+    return True

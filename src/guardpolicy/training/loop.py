@@ -446,6 +446,7 @@ def train(
             trainable=recipe.trainable,
             device=chosen.device.type,
             precision=chosen.precision,
+            processes=processes.world_size,
             resumed_from_step=resumed_from,
             fingerprint=fingerprint,
         )

@@ -137,6 +137,7 @@ class TrainResult:
     trainable: str
     device: str
     precision: str
+    processes: int  # data-parallel processes (1 unless launched by accelerate launch / torchrun)
     resumed_from_step: int | None
     fingerprint: str
 

@@ -31,6 +31,7 @@ from guardpolicy.taxonomy import Taxonomy
 from guardpolicy.training.card_files import backbone_block, card_of, library_versions, write_card
 from guardpolicy.training.cards import model_card
 from guardpolicy.training.datasets import AnchorRequest, ExampleSources, build_examples
+from guardpolicy.training.distributed import is_main_process
 from guardpolicy.training.names import PRETRAINED, teacher_name
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 # TrainResult fields that differ between two runs of the same inputs (timings, and where an interrupted run
 # resumed): the card keeps them in its `run` block. The machine's fields go to `environment`.
 _RUN_FIELDS = ("seconds", "train_seconds", "samples_per_second", "resumed_from_step")
-_ENVIRONMENT_FIELDS = ("device", "precision")
+_ENVIRONMENT_FIELDS = ("device", "precision", "processes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +204,8 @@ def train_run(
         prefix_stage=prefix_stage(run.scale),
     )
     seconds = time.perf_counter() - started
+    if not is_main_process():
+        return {}, examples, seconds  # rank 0 of a multi-process run writes the card
     training, environment, timing, parameters = result_blocks(result)
     teacher_block = None
     if run.teacher is not None:
