@@ -1,5 +1,5 @@
-"""The training loop scaled out on accelerate: two gloo processes and gradient accumulation take the same steps
-as one process on the whole global batch; time-based checkpoints resume bit-identically; head-only token
+"""The training loop scaled out on accelerate: two gloo processes and gradient accumulation take the same
+steps as one process on the whole global batch; time-based checkpoints resume bit-identically; head-only token
 states live in a memory-mapped float16 cache."""
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def test_feature_cache_is_a_memory_mapped_file_and_refuses_float16_overflow(tmp_
     reopened = FeatureCache(tmp_path / "features-x.bin", lengths, 4, "bfloat16", create=False)
     assert torch.equal(reopened[1], rows[1]) and reopened[0].dtype == torch.float32
     half = FeatureCache(tmp_path / "features-y.bin", lengths, 4, "float16", create=True)
-    with pytest.raises(ConfigError, match="feature_cache_dtype float16.*bfloat16 or float32"):
+    with pytest.raises(ConfigError, match=r"feature_cache_dtype float16.*bfloat16 or float32"):
         half.write(0, torch.full((2, 4), 7e4))
 
 
