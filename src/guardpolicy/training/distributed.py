@@ -121,7 +121,8 @@ def relaunch_stage(num_processes: int, script: Path, args: list[str]) -> bool:
     Returns True when the stage ran in the launched processes (their rank 0 wrote its outputs) and False when
     the caller should run the stage itself. `--multi_gpu` makes accelerate start one process per device
     through torch.distributed.run (on a CPU-only machine the processes use gloo); an `accelerate config`
-    file's other settings still apply. The launched ranks leave the stage's timing record to this process (DVC's).
+    file's other settings still apply. The launched ranks leave the stage's timing record to this process
+    (DVC's).
     """
     if num_processes <= 1 or launched_processes() > 1:
         return False
