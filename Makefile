@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export GX_ANALYTICS_ENABLED := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup repro pull test test-e2e test-all bench bench-dag lint diff clean
+.PHONY: setup repro pull test test-e2e test-all bench bench-dag gpu-check lint diff clean
 
 # Re-install when the dependency list changes. torch goes first and alone so that pip takes the pinned
 # wheel (the local CPU build here) instead of letting a dependency pull a multi-GB CUDA build.
@@ -55,6 +55,12 @@ bench: bench-dag
 bench-dag: setup
 	guardpolicy bench-dag --scope reduced
 	guardpolicy bench-dag --scope full
+
+# On a CUDA machine: ModernBERT-base (built from its config) through the training loop, 300 steps of 32 x 512
+# tokens in bf16 -> reports/bench/gpu_check.json (samples/s, tokens/s, peak memory; docs/gpu.md). Refuses
+# without a GPU.
+gpu-check: setup
+	guardpolicy gpu-check --steps 300 --out reports/bench/gpu_check.json
 
 # The workspace against a git revision or an experiment: `make diff` (HEAD), `make diff REV=main`,
 # `make diff REV=<exp name>` -> reports/diff.md (headline changes, dvc params diff, dvc metrics diff).
