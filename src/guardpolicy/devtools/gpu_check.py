@@ -99,9 +99,9 @@ def gpu_check(
                 "run it on a GPU machine (`make gpu-check`)"
             )
         device = "cuda"
-    if steps <= WARMUP_STEPS and not tiny:
-        raise ConfigError(f"gpu-check --steps must exceed the {WARMUP_STEPS} warm-up steps, got {steps}")
-    warmup = min(WARMUP_STEPS, max(steps - 1, 0)) if tiny else WARMUP_STEPS
+    warmup = 1 if tiny else WARMUP_STEPS
+    if steps < warmup + 3:
+        raise ConfigError(f"gpu-check --steps must be at least {warmup + 3} ({warmup} warm-up), got {steps}")
     on_cuda = torch.device(device).type == "cuda"
     examples = synthetic_examples(steps * batch_size, max_length + 16, seed=0)
     recipe = TrainRecipe(
@@ -137,16 +137,14 @@ def gpu_check(
             on_step=mark,
             device=device,
         )
-    # Timed window: after the warm-up steps, up to the second-to-last step (the last one saves the
-    # epoch-end resume state).
-    first, last = warmup, max(len(step_times) - 2, warmup)
+    # Timed window: from the end of the last warm-up step to the end of the second-to-last step (the last one
+    # also saves the epoch-end resume state). step_times[i] is the end of step i + 1.
+    first, last = warmup - 1, len(step_times) - 2
     timed_steps = last - first
-    seconds = step_times[last] - step_times[first] if timed_steps > 0 else float("nan")
-    samples_per_second = timed_steps * batch_size / seconds if timed_steps > 0 else float("nan")
+    samples_per_second = timed_steps * batch_size / (step_times[last] - step_times[first])
+    architecture = "tiny ModernBERT (CPU test only)" if tiny else "ModernBERT-base (random init from config)"
     report = {
-        "architecture": "tiny ModernBERT (CPU test only)"
-        if tiny
-        else "ModernBERT-base (random init from config)",
+        "architecture": architecture,
         "parameters": result.parameters["total"],
         "trainable": "full",
         "precision": result.precision,
