@@ -13,7 +13,7 @@
     guardpolicy bench-train --samples 512     # training samples/s: our loop vs transformers.Trainer
     guardpolicy bench-eval --samples 512      # inference samples/s: ours vs transformers.pipeline
     guardpolicy bench-dag --scope reduced     # time the smoke dvc repro of `make test` (full: make test-e2e)
-    guardpolicy gpu-check --steps 300         # ModernBERT-base through the training loop on a GPU (docs/gpu.md)
+    guardpolicy gpu-check --steps 300         # ModernBERT-base training throughput on a GPU (docs/gpu.md)
     guardpolicy code-deps [--write]           # dvc.yaml's code deps against each stage's imports
     guardpolicy contracts [--write-docs]      # docs/data-contracts.md's column tables against the contracts
     guardpolicy evaluate small-E2             # one evaluate@ stage by hand (features small-E2 likewise)
