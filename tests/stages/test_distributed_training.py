@@ -162,3 +162,45 @@ def test_training_params_reach_the_recipe() -> None:
         TrainingConfig(micro_batch_size=0)
     with pytest.raises(ConfigError, match="feature_cache_dtype"):
         ddp_recipe(feature_cache_dtype="int8")
+
+
+def test_num_processes_relaunches_the_script_under_accelerate(tmp_path: Path, monkeypatch) -> None:
+    from guardpolicy.timing import STAGE_ENV
+    from guardpolicy.training.distributed import relaunch_stage
+
+    script = tmp_path / "stage.py"
+    script.write_text(
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "rank, world = os.environ['RANK'], os.environ['WORLD_SIZE']\n"
+        "Path(sys.argv[1], f'rank{rank}').write_text(f'{world} {os.environ.get(\"DVC_STAGE\")}')\n"
+    )
+    monkeypatch.setenv(STAGE_ENV, "train@small-E2")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not relaunch_stage(1, script, [str(tmp_path)])  # one process: the caller runs the stage itself
+    assert relaunch_stage(2, script, [str(tmp_path)])
+    # Both ranks ran; neither writes the stage's timing record (DVC's process does).
+    assert {p.name: p.read_text() for p in tmp_path.glob("rank*")} == {"rank0": "2 None", "rank1": "2 None"}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert not relaunch_stage(2, script, [str(tmp_path)])  # already launched: no second level
+
+
+def test_attention_kernel_is_switched_and_flash_attention_needs_its_package(monkeypatch) -> None:
+    import importlib.util
+
+    from helpers.encoders import tiny_guard
+
+    from guardpolicy.training import model_setup
+
+    model, _ = tiny_guard()
+    model_setup.set_attention(model, "eager")
+    assert model.backbone.config._attn_implementation == "eager"
+    assert model.config.encoder._attn_implementation == "eager"
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "flash_attn" else real_find_spec(name, *a),
+    )
+    with pytest.raises(ConfigError, match=r"training\.attn_implementation: flash_attention_2 needs"):
+        model_setup.set_attention(model, "flash_attention_2")
