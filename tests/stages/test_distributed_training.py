@@ -51,7 +51,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
             str(HELPER),
             str(tmp_path / "two"),
             str(tmp_path / "work-two"),
-            "none",
+            "2",  # 2 processes x 2 micro-batches of 2: DDP syncs on the second (no_sync on the first)
         ],
         env=env,
         capture_output=True,
