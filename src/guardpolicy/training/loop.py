@@ -4,7 +4,8 @@ The three policy paths differ only in their inputs and recipe: which labels the 
 rows carry cached teacher logits (distillation; the teacher never runs here), and which part of the model
 is trainable ("full", "encoder" = all but the input embeddings, "heads" = backbone frozen). Head-only runs
 the frozen backbone once over the data under ``torch.no_grad()``, writes its token states to a memory-mapped
-file in the work dir (recipe.feature_cache_dtype) and trains the heads on them, so the backbone's weights stay bit-identical and each epoch costs almost nothing.
+file in the work dir (recipe.feature_cache_dtype) and trains the heads on them, so the backbone's weights
+stay bit-identical and each epoch costs almost nothing.
 
 Determinism: every RNG is seeded from the recipe, the batch order of an epoch is a pure function of
 (seed, epoch), and on CPU the run is bit-reproducible - including across an interruption: the state saved
