@@ -310,7 +310,7 @@ def train(
             desc=f"train {description}",
             unit="step",
             mininterval=1.0,
-            disable=not processes.is_main or None,
+            disable=not processes.is_main,
         )
         trained_module.train()
         for epoch in range(start_epoch, recipe.epochs):
