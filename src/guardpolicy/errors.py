@@ -69,7 +69,3 @@ def key_difference(expected: Iterable[object], found: Iterable[object]) -> str:
     if found_set - expected_set:
         parts.append(f"extra {few_keys(found_set - expected_set)}")
     return ", ".join(parts) or "the same keys, in another order or repeated"
-
-
-class DeviceUnavailable(GuardpolicyError):
-    """A command needs hardware this machine does not have (a CUDA GPU for `guardpolicy gpu-check`)."""

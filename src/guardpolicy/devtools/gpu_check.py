@@ -22,10 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from guardpolicy.config.encoders import EncoderConfig
-from guardpolicy.errors import ConfigError, DeviceUnavailable
+from guardpolicy.errors import ConfigError, GuardpolicyError
 from guardpolicy.io import write_json
 
 log = logging.getLogger(__name__)
+
+
+class DeviceUnavailable(GuardpolicyError):
+    """gpu-check needs a CUDA GPU this machine does not have (one line, exit status 2)."""
+
 
 DEFAULT_OUT = "reports/bench/gpu_check.json"
 PAPER_ENCODER = EncoderConfig(name="answerdotai/ModernBERT-base", random_init=True)
