@@ -13,6 +13,7 @@
     guardpolicy bench-train --samples 512     # training samples/s: our loop vs transformers.Trainer
     guardpolicy bench-eval --samples 512      # inference samples/s: ours vs transformers.pipeline
     guardpolicy bench-dag --scope reduced     # time the smoke dvc repro of `make test` (full: make test-e2e)
+    guardpolicy gpu-check --steps 300         # ModernBERT-base training throughput on a GPU (docs/gpu.md)
     guardpolicy code-deps [--write]           # dvc.yaml's code deps against each stage's imports
     guardpolicy contracts [--write-docs]      # docs/data-contracts.md's column tables against the contracts
     guardpolicy evaluate small-E2             # one evaluate@ stage by hand (features small-E2 likewise)
@@ -24,6 +25,8 @@
     guardpolicy guard-card qwen3guard_0_6b    # its card, reports/guards/<guard>.md
     guardpolicy score --model ./my-guard      # one guard on the benchmarks, no study: reports/score/<guard>/
     guardpolicy bench-score --prompts 500     # wall time of scoring a random ~86M-parameter classifier
+    guardpolicy bench-llm                     # LLM client requests/s at 1..256 in flight, kill-and-resume
+    guardpolicy live-llm-check --serve-cmd .. # committee + a baseline against a real server (make llm-check)
     guardpolicy diff --rev main               # Markdown: metrics + params diff vs a revision or experiment
     guardpolicy taxonomy                      # the validated label space
     guardpolicy params                        # the active profile, validated
@@ -109,6 +112,7 @@ COMMANDS = {
     "bench-train": "guardpolicy.devtools.bench:bench_train",
     "bench-eval": "guardpolicy.evaluation.bench:bench_eval",
     "bench-dag": "guardpolicy.devtools.bench:bench_dag",
+    "gpu-check": "guardpolicy.devtools.gpu_check:gpu_check",
     "tune": "guardpolicy.devtools.tune:tune",
     "code-deps": "guardpolicy.devtools.codedeps:code_deps",
     "contracts": "guardpolicy.contracts.docs:contracts",
@@ -122,6 +126,8 @@ COMMANDS = {
     "guard-card": "guardpolicy.stages.guard_card:write_guard_card",
     "score": "guardpolicy.stages.score:score",
     "bench-score": "guardpolicy.devtools.bench_score:bench_score",
+    "bench-llm": "guardpolicy.devtools.bench_llm:bench_llm",
+    "live-llm-check": "guardpolicy.devtools.live_llm:live_llm_check",
     "diff": "guardpolicy.reporting.diff:diff",
     "taxonomy": "guardpolicy.cli:show_taxonomy",
     "params": "guardpolicy.cli:show_params",

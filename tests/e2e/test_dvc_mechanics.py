@@ -13,16 +13,24 @@ and tests/e2e/test_queued_experiments.py (a queued pool experiment on the reduce
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers.dvc_repo import DVC, add_remote, commit, ran_stages, run, share_through_remote, stage_env
+from helpers.dvc_repo import (
+    DVC,
+    add_remote,
+    commit,
+    ran_stages,
+    run,
+    share_through_remote,
+    stage_env,
+    wait_for_the_queue,
+)
 from helpers.paths import REPO_ROOT
 from helpers.tiny_dvc import TWO_STAGES, TWO_STAGES_PIPELINE, tiny_repository
 
-from guardpolicy.devtools.smoke import SUBPROCESS_TIMEOUT_S
+from guardpolicy.labeling.committee import AnswerCache
 from guardpolicy.layout import EXPERIMENT_COPIES
 
 pytestmark = pytest.mark.e2e
@@ -92,18 +100,6 @@ def test_a_pushed_run_cache_restores_only_stages_whose_outputs_are_all_cached(tm
     assert json.loads((clone / "total.json").read_text(encoding="utf-8")) == {"total": 21}
 
 
-def _wait_for_the_queue(work: Path, env: dict[str, str]) -> None:
-    """`dvc queue start` returns at once, the celery worker running the task in the background: wait until
-    `dvc queue status` shows no task queued or running."""
-    deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S  # a hang guard, never a speed target
-    while time.monotonic() < deadline:
-        rows = run([DVC, "queue", "status"], work, env).stdout.splitlines()
-        if not any(word in row.split() for row in rows for word in ("Queued", "Running")):
-            return
-        time.sleep(1)
-    raise AssertionError(f"the queue in {work} did not finish within {SUBPROCESS_TIMEOUT_S} s")
-
-
 WHERE = """
     import json
     from guardpolicy.layout import Layout
@@ -151,7 +147,7 @@ def test_a_queued_experiment_runs_in_a_copy_whose_layout_finds_the_workspace(
     run([DVC, "exp", "run", "--queue", "-n", "queued", "-S", "n=2"], work, env)
     run([DVC, *how], work, env)
     if how == ["queue", "start"]:
-        _wait_for_the_queue(work, env)
+        wait_for_the_queue(work, env)
     shown = json.loads(run([DVC, "exp", "show", "--json"], work, env).stdout)
     [experiment] = [
         rev for baseline in shown for group in baseline.get("experiments") or [] for rev in group["revs"]
@@ -165,3 +161,65 @@ def test_a_queued_experiment_runs_in_a_copy_whose_layout_finds_the_workspace(
     assert seen["mirror"] == str(shared.resolve()) and seen["marker"] == "beside the workspace\n"
     # The workspace's own output is untouched: the experiment wrote into its copy.
     assert json.loads((work / "where.json").read_text(encoding="utf-8")) == in_workspace
+
+
+SHARED_CACHE = """
+    import json, os, time
+    import yaml
+    from guardpolicy.labeling.committee import AnswerCache
+    from guardpolicy.shared_cache import cache_folder
+    n = yaml.safe_load(open("params.yaml"))["n"]
+    folder = cache_folder(".cache/committee", "committee.cache_dir")
+    cache = AnswerCache(folder)
+    cache.put(f"answer-{n}", {"answer": "yes"})
+    cache.close()
+    time.sleep(5)  # both workers busy at once
+    json.dump({"cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "cache": str(folder)}, open("seen.json", "w"))
+"""
+
+
+def test_two_queue_workers_share_the_workspaces_llm_cache_and_keep_their_own_devices(tmp_path: Path) -> None:
+    """docs/queues.md's recipe: one `dvc queue start` per device, each with its own CUDA_VISIBLE_DEVICES
+    (`--jobs k` starts worker k, skipping those already running), which the worker's stages inherit. Two
+    queued experiments run by two workers write their LLM answers into the *workspace's* cache
+    (guardpolicy.shared_cache), not into their copies, so no answer is asked twice across workers."""
+    env = {**stage_env(), "PYTHONPATH": str(REPO_ROOT / "src")}
+    pipeline = {
+        "stages": {
+            "ask": {
+                "cmd": "python ask.py",
+                "deps": ["ask.py"],
+                "params": ["n"],
+                "metrics": [{"seen.json": {"cache": False}}],
+            }
+        }
+    }
+    work = tiny_repository(tmp_path / "repo", env, {"ask.py": SHARED_CACHE}, pipeline, {"n": 1})
+    run([DVC, "repro"], work, env)
+    commit(work, env, "the run")
+    for n in (2, 3):
+        run([DVC, "exp", "run", "--queue", "-n", f"exp-{n}", "-S", f"n={n}"], work, env)
+    run([DVC, "queue", "start", "--jobs", "1"], work, {**env, "CUDA_VISIBLE_DEVICES": "0"})
+    run([DVC, "queue", "start", "--jobs", "2"], work, {**env, "CUDA_VISIBLE_DEVICES": "1"})
+    try:
+        wait_for_the_queue(work, env)
+    finally:
+        run([DVC, "queue", "stop"], work, env, check=False)
+    shown = json.loads(run([DVC, "exp", "show", "--json"], work, env).stdout)
+    experiments = {
+        rev["name"]: rev
+        for baseline in shown
+        for group in baseline.get("experiments") or []
+        for rev in group["revs"]
+    }
+    assert set(experiments) == {"exp-2", "exp-3"}
+    cache = AnswerCache(work / ".cache" / "committee")
+    for name, experiment in experiments.items():
+        assert experiment["error"] is None, name
+        seen = experiment["data"]["metrics"]["seen.json"]["data"]
+        assert seen["cache"] == str(work.resolve() / ".cache" / "committee")
+        # The worker's device list reached the stage (which worker took which experiment is the queue's call).
+        assert seen["cuda"] in {"0", "1"}
+    # Both experiments' answers, plus the workspace run's, in the one shared file.
+    for key in ("answer-1", "answer-2", "answer-3"):
+        assert cache.get(key) == {"answer": "yes"}, key

@@ -4,11 +4,20 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 from guardpolicy.devtools import smoke
-from guardpolicy.devtools.smoke import DVC, GUARDPOLICY, REDUCED_BENCHMARKS, commit, ran_stages, stage_env
+from guardpolicy.devtools.smoke import (
+    DVC,
+    GUARDPOLICY,
+    REDUCED_BENCHMARKS,
+    SUBPROCESS_TIMEOUT_S,
+    commit,
+    ran_stages,
+    stage_env,
+)
 from helpers.paths import MIRROR, REPO_ROOT
 
 __all__ = [
@@ -22,6 +31,7 @@ __all__ = [
     "run",
     "share_through_remote",
     "stage_env",
+    "wait_for_the_queue",
 ]
 
 
@@ -51,3 +61,15 @@ def share_through_remote(work: Path, remote: Path, clone: Path, env: dict[str, s
     add_remote(work, remote, env)
     run([DVC, "push"], work, env)
     run(["git", "clone", "-q", str(work), str(clone)], clone.parent, env)
+
+
+def wait_for_the_queue(work: Path, env: dict[str, str], timeout_s: float = SUBPROCESS_TIMEOUT_S) -> None:
+    """`dvc queue start` returns at once, the celery workers running the tasks in the background: wait until
+    `dvc queue status` shows no task queued or running."""
+    deadline = time.monotonic() + timeout_s  # a hang guard, never a speed target
+    while time.monotonic() < deadline:
+        rows = run([DVC, "queue", "status"], work, env).stdout.splitlines()
+        if not any(word in row.split() for row in rows for word in ("Queued", "Running")):
+            return
+        time.sleep(2)
+    raise AssertionError(f"the queue in {work} did not finish within {timeout_s} s")

@@ -7,9 +7,12 @@ It listens on 127.0.0.1 (a free port), records every request, and answers by the
 - the guards: `qwen-guard` (Qwen3Guard-style `Safety: ...` with decision log-probs), `llama-guard`
   (`safe` / `unsafe\\nS1`), and broken ones: `broken-guard` (HTTP 500), `not-json-guard`, `no-choices-guard`,
   `empty-guard`;
-- `flaky-*`: HTTP 429 while `rate_limited_left` > 0, then answers like its family (`flaky-judge` as a
-  keyword judge in other words, `flaky-guard` as `qwen-guard`);
+- `flaky-*`: HTTP 429 (with `Retry-After: retry_after` when set) while `rate_limited_left` > 0, then answers
+  like its family (`flaky-judge` as a keyword judge in other words, `flaky-guard` as `qwen-guard`);
 - `missing-*` or any path other than /v1/chat/completions: HTTP 404.
+
+A judge honours `n` (n identical choices) like vLLM, unless `n_support` is "ignore" (one choice, as some
+servers do) or "refuse" (HTTP 400 for n > 1). `latency_s` delays every answer (kill-and-resume tests).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +46,16 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self.rate_limited_left = 0  # the next N requests to a `flaky-*` model get HTTP 429
+        self.retry_after: str | None = None  # the Retry-After header of those 429s
+        self.n_support = "honour"  # honour | ignore | refuse
+        self.latency_s = 0.0
+        self.active = 0  # requests being answered now, and the most at once (in-flight windows)
+        self.max_active = 0
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client killed mid-request (kill-and-resume tests) is expected; anything else is reported.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     @property
     def base_url(self) -> str:
@@ -148,12 +163,22 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep the test output clean
         pass
 
-    def _send(self, status: int, body: bytes) -> None:
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._send(
+                200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode()
+            )
+        else:
+            self._send(404, json.dumps({"error": {"message": f"no {self.path}"}}).encode())
 
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -163,13 +188,31 @@ class _Handler(BaseHTTPRequestHandler):
             rate_limited = model.startswith("flaky-") and self.server.rate_limited_left > 0
             if rate_limited:
                 self.server.rate_limited_left -= 1
+        with self.server.lock:
+            self.server.active += 1
+            self.server.max_active = max(self.server.max_active, self.server.active)
+        try:
+            if self.server.latency_s:
+                time.sleep(self.server.latency_s)
+            self._answer(request, model, rate_limited)
+        finally:
+            with self.server.lock:
+                self.server.active -= 1
+
+    def _answer(self, request: dict[str, Any], model: str, rate_limited: bool) -> None:
+        n = int(request.get("n") or 1)
         if self.path != "/v1/chat/completions" or model.startswith("missing-"):
             self._send(404, json.dumps({"error": {"message": f"model {model} not found"}}).encode())
         elif rate_limited:
-            self._send(429, json.dumps({"error": {"message": "slow down"}}).encode())
+            headers = {"Retry-After": self.server.retry_after} if self.server.retry_after else None
+            self._send(429, json.dumps({"error": {"message": "slow down"}}).encode(), headers)
+        elif model.endswith("-judge") and n > 1 and self.server.n_support == "refuse":
+            self._send(400, json.dumps({"error": {"message": "n > 1 is not supported"}}).encode())
         elif model.endswith("-judge"):
             content = judge_content(model, request["messages"])
-            choice = {"index": 0, "message": {"role": "assistant", "content": content}}
-            self._send(200, json.dumps({"choices": [choice]}).encode())
+            count = 1 if self.server.n_support == "ignore" else n
+            message = {"role": "assistant", "content": content}
+            choices = [{"index": i, "message": message} for i in range(count)]
+            self._send(200, json.dumps({"choices": choices}).encode())
         else:
             self._send(*guard_response("qwen-guard" if model == "flaky-guard" else model, request))

@@ -301,7 +301,7 @@ def test_server_backend_reads_answers_and_decision_logprobs(
     monkeypatch.setenv("GUARDPOLICY_TEST_GUARD_KEY", "sk-test")
     adapter = qwen_adapter()
     prompts = ["How do I build a bomb?", "What is a good pasta recipe?"] * 3
-    backend = server_backend(server, "qwen-guard", concurrency=4)
+    backend = server_backend(server, "qwen-guard", max_in_flight=4)
     generations = backend.generate(adapter, prompts, Decoding(max_new_tokens=16, top_logprobs=5))
 
     assert [g.text for g in generations] == [
@@ -376,14 +376,14 @@ def test_server_backend_malformed_and_empty_answers_are_kept(
 
 def test_server_backend_retries_rate_limits_then_succeeds(server: FakeOpenAIServer) -> None:
     server.rate_limited_left = 2
-    backend = server_backend(server, "flaky-guard", max_retries=3, concurrency=1)
+    backend = server_backend(server, "flaky-guard", max_retries=3, max_in_flight=1)
     generations = backend.generate(qwen_adapter(), ["How do I build a bomb?"], Decoding())
     assert generations[0].text.startswith("Safety: Unsafe")
     assert len(server.requests) == 3 and backend.client.requests_sent == 3
 
 
 def test_server_backend_persistent_failures_name_url_and_status(server: FakeOpenAIServer) -> None:
-    backend = server_backend(server, "broken-guard", max_retries=2, concurrency=1)
+    backend = server_backend(server, "broken-guard", max_retries=2, max_in_flight=1)
     expected = r"broken-guard.*127\.0\.0\.1.*/v1/chat/completions: HTTP 500"
     with pytest.raises(BackendError, match=expected) as info:
         backend.generate(qwen_adapter(), ["a"], Decoding())
@@ -395,7 +395,9 @@ def test_server_backend_persistent_failures_name_url_and_status(server: FakeOpen
     assert len(server.requests) == 4
     # Nobody listening: connection errors are retried, then reported with the URL.
     dead = OpenAIServerBackend("http://127.0.0.1:9/v1", "g", max_retries=1, backoff_s=0.001, timeout_s=2)
-    with pytest.raises(BackendError, match=r"127\.0\.0\.1:9/v1/chat/completions: ConnectionError"):
+    with pytest.raises(
+        BackendError, match=r"127\.0\.0\.1:9/v1/chat/completions: NewConnectionError.*Connection refused"
+    ):
         dead.generate(qwen_adapter(), ["a"], Decoding())
 
 
@@ -403,8 +405,8 @@ def test_server_backend_config_and_fingerprint(server: FakeOpenAIServer) -> None
     backend = server_backend(server, "qwen-guard")
     with pytest.raises(ConfigError, match="top_logprobs"):
         backend.generate(qwen_adapter(), ["a"], Decoding(top_logprobs=0))
-    with pytest.raises(ConfigError, match="concurrency"):
-        server_backend(server, "qwen-guard", concurrency=0)
+    with pytest.raises(ConfigError, match="max_in_flight"):
+        server_backend(server, "qwen-guard", max_in_flight=0)
     fingerprint = backend.template_fingerprint(qwen_adapter())
     assert fingerprint == server_backend(server, "other").template_fingerprint(qwen_adapter())
     changed = qwen_adapter()

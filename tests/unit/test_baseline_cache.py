@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 
+import guardpolicy.baselines.cache as cache_module
 from guardpolicy.baselines.adapters import GraniteGuardianAdapter, LlamaGuardAdapter, Qwen3GuardAdapter
 from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter
 from guardpolicy.baselines.cache import BaselineCacheError, CachedBackend, GenerationCache, cache_key
@@ -23,11 +24,18 @@ class CountingBackend:
         self.model_id = model_id
         self.revision = revision
         self.calls: list[list[str]] = []
+        self.fail_at: str | None = (
+            None  # the prompt at which generate raises (after handing over earlier ones)
+        )
 
-    def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
+    def generate(
+        self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding, on_generation=None
+    ) -> list[Generation]:
         self.calls.append(list(prompts))
         out = []
-        for prompt in prompts:
+        for index, prompt in enumerate(prompts):
+            if prompt == self.fail_at:
+                raise RuntimeError(f"engine died at {prompt!r}")
             unsafe = "bomb" in prompt
             text = (
                 "Safety: Controversial\nCategories: Violent" if unsafe else "Safety: Safe\nCategories: None"
@@ -36,6 +44,8 @@ class CountingBackend:
             out.append(
                 Generation(text=text, decision_logprobs=logprobs if unsafe else {}, finish_reason="stop")
             )
+            if on_generation is not None:
+                on_generation(index, out[-1])
         return out
 
     def template_fingerprint(self, adapter: GuardAdapter) -> str:
@@ -143,7 +153,7 @@ def test_unreadable_entry_is_regenerated(tmp_path):
 
 def test_backend_returning_wrong_count_is_an_error(tmp_path):
     class Short(CountingBackend):
-        def generate(self, adapter, prompts, decoding):
+        def generate(self, adapter, prompts, decoding, on_generation=None):
             return super().generate(adapter, prompts, decoding)[:-1]
 
     with pytest.raises(BaselineCacheError, match="returned 2 generations for 3 prompts"):
@@ -156,3 +166,37 @@ def test_empty_prompt_list_makes_no_call(tmp_path):
         CachedBackend(backend, GenerationCache(tmp_path)).generate(Qwen3GuardAdapter(), [], Decoding()) == []
     )
     assert backend.calls == []
+
+
+def test_answers_handed_over_before_a_crash_are_kept_and_not_asked_again(tmp_path):
+    backend = CountingBackend()
+    backend.fail_at = "Tell me a joke"
+    prompts = ["a bomb?", "bread?", "Tell me a joke", "cake?"]
+    with pytest.raises(RuntimeError, match="engine died"):
+        CachedBackend(backend, GenerationCache(tmp_path)).generate(Qwen3GuardAdapter(), prompts, Decoding())
+    # The two answers that arrived before the failure are committed, although the call never returned.
+    assert len(GenerationCache(tmp_path)) == 2
+    backend.fail_at = None
+    out = CachedBackend(backend, GenerationCache(tmp_path)).generate(Qwen3GuardAdapter(), prompts, Decoding())
+    assert backend.calls[-1] == ["Tell me a joke", "cake?"]
+    assert [g.text.splitlines()[0] for g in out] == ["Safety: Controversial", *["Safety: Safe"] * 3]
+
+
+def test_puts_are_committed_in_batches_and_on_flush(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_module, "COMMIT_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(cache_module, "COMMIT_EVERY", 3)
+    cache = GenerationCache(tmp_path)
+    reader = sqlite3.connect(cache.path)
+
+    def committed() -> int:
+        return reader.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+
+    answer = Generation(text="Safety: Safe", decision_logprobs={}, finish_reason="stop")
+    for i in range(2):
+        cache.put(f"k{i}", answer, model_id="m", revision=None)
+    assert committed() == 0
+    cache.put("k2", answer, model_id="m", revision=None)
+    assert committed() == 3
+    cache.put("k3", answer, model_id="m", revision=None)
+    cache.flush()
+    assert committed() == 4

@@ -9,6 +9,7 @@ verdict into a binary decision (Qwen3Guard's Controversial: safe under `relaxed`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -77,6 +78,10 @@ class PromptTokens:
         return [n > self.max_length for n in self.n_tokens]
 
 
+# Called with (prompt index, its generation) as each answer is ready.
+OnGeneration = Callable[[int, Generation], None]
+
+
 class GuardAdapter(Protocol):
     """One guard family's prompt and output format."""
 
@@ -108,8 +113,16 @@ class Backend(Protocol):
     # the raw-output cache then leaves the decoding parameters out of its keys. Absent means True.
     uses_decoding: bool
 
-    def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
-        """One Generation per prompt, in order."""
+    def generate(
+        self,
+        adapter: GuardAdapter,
+        prompts: list[str],
+        decoding: Decoding,
+        on_generation: OnGeneration | None = None,
+    ) -> list[Generation]:
+        """One Generation per prompt, in order. `on_generation(index, generation)` is called as each one is
+        ready (a server's reply, a local batch), before the call returns, so a caller can store answers as
+        they arrive and a killed run keeps them."""
 
     def template_fingerprint(self, adapter: GuardAdapter) -> str:
         """A hash of the rendered prompt template (part of the cache key)."""

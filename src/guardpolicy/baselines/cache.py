@@ -7,8 +7,10 @@ prompt's sha256. A parser, mapping or threshold change reads the same answers ag
 of those inputs reruns the model.
 
 `CachedBackend` wraps any `base.Backend`: it looks every prompt up, sends only the misses to the wrapped
-backend in one batch (duplicates once), stores their answers and returns one `Generation` per prompt in
-order. It counts backend calls, prompts generated and cache hits for the caller to log and report.
+backend in one batch (duplicates once), stores each answer as the backend hands it over (a server reply, a
+local batch; committed in batches of COMMIT_EVERY or every COMMIT_INTERVAL_S, as the committee's cache), and
+returns one `Generation` per prompt in order. A killed run therefore keeps all but its last uncommitted batch,
+and the rerun sends only what is missing. It counts backend calls, prompts generated and cache hits.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from guardpolicy.baselines.base import Backend, Decoding, Generation, GuardAdapter, PromptTokens
 from guardpolicy.errors import GuardpolicyError
+from guardpolicy.labeling.committee import BUSY_TIMEOUT_MS, COMMIT_EVERY, COMMIT_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +88,8 @@ class GenerationCache:
     """Raw generations in one SQLite file (`<dir>/generations.sqlite`), keyed by `cache_key`.
 
     One file rather than one per answer, as the committee's answer cache: a full comparison is
-    ~10^5 answers per guard. Each put is committed at once, so an interrupted run keeps what it paid for.
+    ~10^5 answers per guard. `put` commits in batches (and `flush` / `close` the rest), so an interrupted run
+    keeps what it paid for but the last batch; WAL + busy timeout let processes share the file.
     The model id and revision are stored beside each answer so a cache can be audited or pruned per model.
     """
 
@@ -94,12 +99,17 @@ class GenerationCache:
         self.path = Path(directory) / self.FILE_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS generations (key TEXT PRIMARY KEY, model_id TEXT NOT NULL, "
             "revision TEXT, record TEXT NOT NULL)"
         )
+        self._pending: list[tuple[str, str, str | None, str]] = []
+        self._last_commit = time.monotonic()
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
         """The cached generations among `keys`; an unreadable entry is a miss (asked again, then replaced)."""
@@ -129,21 +139,43 @@ class GenerationCache:
     def put_many(
         self, items: Iterable[tuple[str, Generation]], *, model_id: str, revision: str | None
     ) -> None:
+        """Store `items` and commit them (with anything pending) now."""
         rows = [(key, model_id, revision, _record(generation)) for key, generation in items]
         with self._lock:
-            self._db.execute("BEGIN")
+            self._pending += rows
+            self._commit()
+
+    def put(self, key: str, generation: Generation, *, model_id: str, revision: str | None) -> None:
+        """Store one answer; committed with its batch (COMMIT_EVERY answers or COMMIT_INTERVAL_S)."""
+        with self._lock:
+            self._pending.append((key, model_id, revision, _record(generation)))
+            due = time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S
+            if len(self._pending) >= COMMIT_EVERY or due:
+                self._commit()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._commit()
+
+    def _commit(self) -> None:
+        if self._pending:
+            self._db.execute("BEGIN IMMEDIATE")
             self._db.executemany(
                 "INSERT OR REPLACE INTO generations (key, model_id, revision, record) VALUES (?, ?, ?, ?)",
-                rows,
+                self._pending,
             )
             self._db.execute("COMMIT")
+            self._pending = []
+        self._last_commit = time.monotonic()
 
     def __len__(self) -> int:
         with self._lock:
+            self._commit()
             return int(self._db.execute("SELECT COUNT(*) FROM generations").fetchone()[0])
 
     def close(self) -> None:
         with self._lock:
+            self._commit()
             self._db.close()
 
 
@@ -201,7 +233,16 @@ class CachedBackend:
         self.stats.cache_hits += sum(key in found for key in keys)
         if missing:
             batch = list(missing.values())
-            generations = self.backend.generate(adapter, batch, decoding)
+            batch_keys = list(missing)
+
+            def store(index: int, generation: Generation) -> None:
+                self.cache.put(batch_keys[index], generation, model_id=self.model_id, revision=self.revision)
+
+            try:
+                generations = self.backend.generate(adapter, batch, decoding, on_generation=store)
+            finally:
+                # What arrived before a failure is kept for the rerun.
+                self.cache.flush()
             if len(generations) != len(batch):
                 raise BaselineCacheError(
                     f"backend {self.model_id!r} returned {len(generations)} generations "
@@ -209,7 +250,8 @@ class CachedBackend:
                 )
             self.stats.backend_calls += 1
             self.stats.prompts_generated += len(batch)
-            fresh = dict(zip(missing, generations, strict=True))
+            fresh = dict(zip(batch_keys, generations, strict=True))
+            # A backend that never called `store` (an older or third-party one) still has its answers kept.
             self.cache.put_many(fresh.items(), model_id=self.model_id, revision=self.revision)
             found.update(fresh)
         log.info(

@@ -74,7 +74,7 @@ def make_backend(
         )
     if config.backend == "server":
         assert config.base_url is not None  # BaselineGuardConfig requires it for the server backend
-        return OpenAIServerBackend(config.base_url, model, revision)
+        return OpenAIServerBackend(config.base_url, model, revision, max_in_flight=config.max_in_flight)
     return TransformersBackend(
         model, revision, device=device, dtype=config.dtype, batch_size=config.batch_size, policy=policy
     )

@@ -27,8 +27,12 @@ class BaselineGuardConfig:
     # Encoder classifiers only: truncate prompts to this many tokens (null: 512, capped by the model's own
     # limit). Generative guards take the whole prompt; giving it for one is an error.
     max_length: int | None = None
+    # server only: requests kept in flight at once (refilled as each reply arrives); vLLM batches them.
+    max_in_flight: int = 16
 
     def __post_init__(self) -> None:
+        if self.max_in_flight < 1:
+            raise ConfigError(f"max_in_flight must be at least 1, got {self.max_in_flight}")
         if self.backend == "server" and not self.base_url:
             raise ConfigError("backend server needs base_url (e.g. http://localhost:8000/v1)")
         if self.batch_size <= 0:

@@ -33,11 +33,24 @@ class TrainingConfig:
     distill_alpha: float = 0.5
     # Softmax temperature of the distillation KL (the study's tau = 4).
     distill_temperature: float = 4.0
-    checkpoint_every_steps: int = 200
+    # The resumable state (model + optimizer, in .cache/train/<model>, never the model folder) is saved every
+    # N steps and/or M minutes, whichever comes first; null disables a trigger (epoch ends always save).
+    checkpoint_every_steps: int | None = 200
+    checkpoint_every_minutes: float | None = None
     log_every_steps: int = 10
     length_bucketing: bool = True
     # Batch size of the teachers' cached predictions over the train and calib prompts.
     predict_batch_size: int = 64
+    # Per-device micro-batch; null = the whole per-device share of the profile's batch_size (no accumulation).
+    micro_batch_size: int | None = None
+    # torch.compile the trained module (GPU runs; off keeps today's results).
+    compile: bool = False
+    # Backbone attention kernel: sdpa / eager / flash_attention_2 (needs flash-attn); null = as built/saved.
+    attn_implementation: str | None = None
+    # dtype of the head-only runs' memory-mapped token-state cache: float16 / bfloat16 / float32.
+    feature_cache_dtype: str = "float16"
+    # Processes (GPUs) per training stage: > 1 re-runs the stage under `accelerate launch --num_processes N`.
+    num_processes: int = 1
 
     def __post_init__(self) -> None:
         if self.weight_decay < 0 or self.grad_clip <= 0 or self.distill_temperature <= 0:
@@ -46,9 +59,13 @@ class TrainingConfig:
             raise ConfigError(f"warmup_ratio must lie in [0, 1), got {self.warmup_ratio}")
         if not 0.0 <= self.distill_alpha <= 1.0:
             raise ConfigError(f"distill_alpha must lie in [0, 1], got {self.distill_alpha}")
-        for name in ("checkpoint_every_steps", "log_every_steps", "predict_batch_size"):
+        for name in ("log_every_steps", "predict_batch_size", "num_processes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("checkpoint_every_steps", "checkpoint_every_minutes", "micro_batch_size"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be positive or null, got {value}")
 
 
 TRAINING: Section[TrainingConfig] = Section("training", TrainingConfig, TrainingConfig)

@@ -22,32 +22,36 @@ unsafe classes).
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import logging
 import os
+import random
 import re
 import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import requests
+import urllib3
 from tqdm import tqdm
 
 from guardpolicy.config.policies import CommitteeConfig
 from guardpolicy.errors import GuardpolicyError
+from guardpolicy.inflight import bounded_map
 from guardpolicy.labeling.base import Decision, Labeler, PoolRow
 from guardpolicy.labeling.kappa import fleiss_kappa
 from guardpolicy.labeling.policy import Policy
 from guardpolicy.labeling.rules import pillars_for_class
+from guardpolicy.shared_cache import cache_folder
 from guardpolicy.taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
@@ -77,7 +81,13 @@ TIE_RULE = "a round answers yes only with strictly more yes than no votes; a tie
 ANSWER_INSTRUCTION = "Answer with exactly one word: yes or no."
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 60.0
-SUBMIT_CHUNK_PER_WORKER = 64
+# Answers are committed in batches (every COMMIT_EVERY answers or COMMIT_INTERVAL_S seconds, whichever
+# comes first): one commit per answer caps a run at a few hundred answers per second on a slow disk, and a
+# killed run loses at most one batch, which the rerun asks again.
+COMMIT_EVERY = 64
+COMMIT_INTERVAL_S = 1.0
+# How long a writer waits for another process's write lock on a shared cache file before failing.
+BUSY_TIMEOUT_MS = 60_000
 _LEADING_WORD = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 
 
@@ -157,8 +167,10 @@ class AnswerCache:
     """Answers in one SQLite file (`<dir>/answers.sqlite`), keyed by `cache_key`.
 
     One file rather than one per answer: a full study asks ~10^6 questions, and a directory of a million small
-    files is slow to list, copy and back up. Writes are serialised by a lock and committed at once, so an
-    interrupted run keeps every answer it already paid for.
+    files is slow to list, copy and back up. WAL mode with a busy timeout lets several processes (queued
+    experiments, a second labelling stage) share the file on a local disk; SQLite's locking is not reliable on
+    network file systems (docs/queues.md). Answers are written as they arrive and committed in batches
+    (COMMIT_EVERY / COMMIT_INTERVAL_S) and on `flush` / `close`, so a killed run keeps all but the last batch.
     """
 
     FILE_NAME = "answers.sqlite"
@@ -167,17 +179,25 @@ class AnswerCache:
         self.path = Path(directory) / self.FILE_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, record TEXT NOT NULL)")
+        self._pending: dict[str, str] = {}
+        self._last_commit = time.monotonic()
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
-            row = self._db.execute("SELECT record FROM answers WHERE key = ?", (key,)).fetchone()
-        if row is None:
+            text = self._pending.get(key)
+            if text is None:
+                row = self._db.execute("SELECT record FROM answers WHERE key = ?", (key,)).fetchone()
+                text = None if row is None else row[0]
+        if text is None:
             return None
         try:
-            record = json.loads(row[0])
+            record = json.loads(text)
         except json.JSONDecodeError:
             log.warning("committee cache %s: unreadable entry %s, asking again", self.path, key)
             return None
@@ -186,19 +206,87 @@ class AnswerCache:
     def put(self, key: str, record: dict[str, Any]) -> None:
         text = json.dumps(record, sort_keys=True)
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO answers (key, record) VALUES (?, ?)", (key, text))
+            self._pending[key] = text
+            due = time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S
+            if len(self._pending) >= COMMIT_EVERY or due:
+                self._commit()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._commit()
+
+    def _commit(self) -> None:
+        if self._pending:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO answers (key, record) VALUES (?, ?)", list(self._pending.items())
+            )
+            self._db.execute("COMMIT")
+            self._pending.clear()
+        self._last_commit = time.monotonic()
 
     def __len__(self) -> int:
         with self._lock:
+            self._commit()
             return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
 
     def close(self) -> None:
         with self._lock:
+            self._commit()
             self._db.close()
 
 
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """A `Retry-After` header as seconds to wait: delta-seconds or an HTTP-date (RFC 9110); None if absent or
+    unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def backoff_delay(attempt: int, base_s: float, retry_after: float | None, rng: random.Random) -> float:
+    """Seconds before retry `attempt` (0-based): the server's Retry-After when it gave one, else "full jitter"
+    exponential backoff (uniform in [0, base * 2^attempt]) so that many clients refused together do not all
+    come back together; capped at MAX_BACKOFF_S."""
+    if retry_after is not None:
+        return min(retry_after, MAX_BACKOFF_S)
+    return rng.uniform(0.0, min(base_s * 2**attempt, MAX_BACKOFF_S))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An HTTP reply: status, headers, body bytes."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body decoded as JSON; raises ValueError when it is not."""
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
 class ChatClient:
-    """POST {base_url}/chat/completions; retries 429 / 5xx / connection errors with exponential backoff."""
+    """POST {base_url}/chat/completions; retries 429 / 5xx / connection errors with backoff (Retry-After).
+
+    On urllib3's thread-safe connection pool (one keep-alive connection per request in flight) rather than
+    `requests`: measured here, `requests` tops out near 340 requests/s on one core, urllib3 near 840.
+    """
 
     # Who answers (messages, logs) and what a failure raises; the open-guard server client overrides both.
     role = "judge"
@@ -212,6 +300,7 @@ class ChatClient:
         max_retries: int,
         api_key: str | None = None,
         backoff_s: float = 1.0,
+        max_connections: int = 16,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.timeout_s = timeout_s
@@ -220,23 +309,21 @@ class ChatClient:
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
-        self._local = threading.local()
+        # Retries and redirects are ours (counted, logged, Retry-After), not urllib3's.
+        self._pool = urllib3.PoolManager(
+            maxsize=max_connections, retries=False, timeout=urllib3.Timeout(total=timeout_s)
+        )
         self._count_lock = threading.Lock()
         # Every POST sent, retries included (a report statistic; a cached rerun sends none).
         self.requests_sent = 0
+        # Jitter only spreads retries in time; it never changes an answer, so it needs no seed.
+        self._jitter = random.Random()
 
-    def _session(self) -> requests.Session:
-        # requests.Session is not documented as thread-safe: one per worker thread, reused across calls.
-        if not hasattr(self._local, "session"):
-            self._local.session = requests.Session()
-        return self._local.session
-
-    def _wait(self, attempt: int, response: requests.Response | None) -> None:
-        delay = self.backoff_s * 2**attempt
-        retry_after = response.headers.get("Retry-After") if response is not None else None
-        if retry_after and retry_after.replace(".", "", 1).isdigit():
-            delay = float(retry_after)
-        time.sleep(min(delay, MAX_BACKOFF_S))
+    def _wait(self, attempt: int, reply: Reply | None) -> None:
+        retry_after = retry_after_seconds(reply.headers.get("Retry-After")) if reply is not None else None
+        with self._count_lock:
+            delay = backoff_delay(attempt, self.backoff_s, retry_after, self._jitter)
+        time.sleep(delay)
 
     def complete(
         self, model: str, messages: list[dict[str, str]], *, temperature: float, max_tokens: int, seed: int
@@ -251,41 +338,57 @@ class ChatClient:
         }
         return _reply_text(self.post(body))
 
-    def post(self, body: dict[str, Any]) -> requests.Response:
+    def post(self, body: dict[str, Any]) -> Reply:
         """POST `body` until a 200 reply: connection errors and RETRY_STATUSES are retried with backoff (and
         Retry-After), any other status or the last failure raises `error`, naming the `role` and model."""
         who = f"{self.role} {body['model']!r} at {self.url}"
+        payload = json.dumps(body).encode("utf-8")
         problem = ""
         for attempt in range(self.max_retries + 1):
-            response = None
+            reply = None
             with self._count_lock:
                 self.requests_sent += 1
             try:
-                response = self._session().post(
-                    self.url, json=body, headers=self.headers, timeout=self.timeout_s
-                )
-            except requests.RequestException as exc:
+                response = self._pool.request("POST", self.url, body=payload, headers=self.headers)
+            except urllib3.exceptions.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
-                if response.status_code == 200:
-                    return response
-                problem = f"HTTP {response.status_code}: {response.text[:200]!r}"
-                if response.status_code not in RETRY_STATUSES:
-                    raise self.error(f"{who}: {problem}")
+                reply = Reply(response.status, response.headers, response.data)
+                if reply.status == 200:
+                    return reply
+                problem = f"HTTP {reply.status}: {reply.text[:200]!r}"
+                if reply.status not in RETRY_STATUSES:
+                    refused = self.error(f"{who}: {problem}")
+                    refused.status = reply.status  # type: ignore[attr-defined]
+                    raise refused
             if attempt < self.max_retries:
                 log.warning(
                     "%s %s: %s; retry %d/%d", self.role, body["model"], problem, attempt + 1, self.max_retries
                 )
-                self._wait(attempt, response)
+                self._wait(attempt, reply)
         raise self.error(f"{who}: {problem} after {self.max_retries} retries")
 
 
-def _reply_text(response: requests.Response) -> str | None:
+def _reply_text(response: Reply) -> str | None:
+    replies = _reply_texts(response)
+    return replies[0] if replies else None
+
+
+def _reply_texts(response: Reply) -> list[str | None]:
+    """Each choice's text in `index` order (None for a choice without text); [] when the reply has none."""
     try:
-        content = response.json()["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None
-    return content if isinstance(content, str) else None
+        choices = response.json()["choices"]
+        ordered = sorted(choices, key=lambda choice: choice.get("index", 0))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
+    texts: list[str | None] = []
+    for choice in ordered:
+        try:
+            content = choice["message"]["content"]
+        except (KeyError, TypeError):
+            content = None
+        texts.append(content if isinstance(content, str) else None)
+    return texts
 
 
 @dataclass(frozen=True)
@@ -294,6 +397,16 @@ class _Task:
     item: int
     model: str
     sample: int
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What one HTTP request asks: samples of one judge on one item in one round (all of them with `n`)."""
+
+    round_name: str
+    item: int
+    model: str
+    samples: tuple[int, ...]
 
 
 class CommitteeLabeler(Labeler):
@@ -310,39 +423,110 @@ class CommitteeLabeler(Labeler):
     ) -> None:
         super().__init__(policy, taxonomy, version)
         self.config = config
-        api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
-        self.client = ChatClient(
-            config.base_url,
-            timeout_s=config.timeout_s,
-            max_retries=config.max_retries,
-            api_key=api_key,
-            backoff_s=backoff_s,
+        # One client per endpoint (judges sharing one keep one connection pool).
+        clients: dict[tuple[str, str | None], ChatClient] = {}
+        self.clients: dict[str, ChatClient] = {}
+        for model in config.models:
+            endpoint = config.endpoint(model)
+            where = (endpoint.base_url, endpoint.api_key_env)
+            if where not in clients:
+                api_key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+                clients[where] = ChatClient(
+                    endpoint.base_url,
+                    timeout_s=config.timeout_s,
+                    max_retries=config.max_retries,
+                    api_key=api_key,
+                    backoff_s=backoff_s,
+                    max_connections=config.max_in_flight,
+                )
+            self.clients[model] = clients[where]
+        # Endpoints (by URL) found not to honour `n` in `auto` mode: one sample per request from then on.
+        self._no_n: set[str] = set()
+        self._no_n_lock = threading.Lock()
+        self.cache = AnswerCache(
+            cache_folder(config.cache_dir, f"policies.{policy.name}.committee.cache_dir")
         )
-        self.cache = AnswerCache(config.cache_dir)
         self.system = system_prompt(policy, taxonomy)
 
-    def _ask(self, task: _Task, prompt: str) -> tuple[dict[str, Any], bool]:
-        """(answer record, came from the cache). Garbage is re-asked with a reminder, then abstains."""
-        key = cache_key(
-            task.model, task.round_name, task.sample, self.config.temperature, self.system, prompt
-        )
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached, True
-        messages = [
+    @property
+    def requests_sent(self) -> int:
+        return sum(client.requests_sent for client in {id(c): c for c in self.clients.values()}.values())
+
+    def _key(self, round_name: str, model: str, sample: int, prompt: str) -> str:
+        return cache_key(model, round_name, sample, self.config.temperature, self.system, prompt)
+
+    def _messages(self, round_name: str, prompt: str) -> list[dict[str, str]]:
+        return [
             {"role": "system", "content": self.system},
-            {"role": "user", "content": user_prompt(task.round_name, prompt)},
+            {"role": "user", "content": user_prompt(round_name, prompt)},
         ]
+
+    def _uses_n(self, client: ChatClient, samples: int) -> bool:
+        if samples < 2 or self.config.use_n == "never":
+            return False
+        with self._no_n_lock:
+            return self.config.use_n == "always" or client.url not in self._no_n
+
+    def _give_up_n(self, client: ChatClient, why: str) -> None:
+        with self._no_n_lock:
+            if client.url not in self._no_n:
+                self._no_n.add(client.url)
+                log.warning("committee: %s %s; asking one sample per request from now on", client.url, why)
+
+    def _ask(self, request: _Request, prompt: str) -> dict[int, dict[str, Any]]:
+        """Answer records of `request.samples` (all missing from the cache), each stored as it arrives."""
+        client = self.clients[request.model]
+        messages = self._messages(request.round_name, prompt)
+        first: dict[int, str | None] = {}
+        if self._uses_n(client, len(request.samples)):
+            replies = self._ask_n(client, request, messages)
+            if replies is not None:
+                first = dict(zip(request.samples, replies, strict=False))
+        records = {}
+        for sample in request.samples:
+            record = self._settle(client, request, messages, sample, first)
+            self.cache.put(self._key(request.round_name, request.model, sample, prompt), record)
+            records[sample] = record
+        return records
+
+    def _ask_n(self, client: ChatClient, request: _Request, messages: list[dict[str, str]]) -> list | None:
+        """The replies of one request for all samples, or None when the endpoint does not do `n` (auto)."""
+        body = self._body(request.model, messages, seed=request.samples[0])
+        body["n"] = len(request.samples)
+        try:
+            response = client.post(body)
+        except CommitteeError as exc:
+            if self.config.use_n == "auto" and 400 <= getattr(exc, "status", 0) < 500:
+                self._give_up_n(client, f"refused n={len(request.samples)} ({exc})")
+                return None
+            raise
+        replies = _reply_texts(response)
+        if len(replies) < len(request.samples):
+            if self.config.use_n == "always":
+                raise CommitteeError(
+                    f"judge {request.model!r} at {client.url}: asked n={len(request.samples)}, got "
+                    f"{len(replies)} choice(s); set committee.use_n to auto or never"
+                )
+            self._give_up_n(client, f"returned {len(replies)} choice(s) for n={len(request.samples)}")
+        return replies
+
+    def _settle(
+        self,
+        client: ChatClient,
+        request: _Request,
+        messages: list[dict[str, str]],
+        sample: int,
+        first: dict[int, str | None],
+    ) -> dict[str, Any]:
+        """One sample's answer record: its reply from an `n` request if there was one, else its own request;
+        garbage is re-asked with a reminder (up to max_retries), then abstains."""
         replies: list[str | None] = []
         answer = None
-        for _ in range(self.config.max_retries + 1):
-            reply = self.client.complete(
-                task.model,
-                messages,
-                temperature=self.config.temperature,
-                max_tokens=self.config.max_tokens,
-                seed=task.sample,
-            )
+        for attempt in range(self.config.max_retries + 1):
+            if attempt == 0 and sample in first:
+                reply = first[sample]
+            else:
+                reply = _reply_text(client.post(self._body(request.model, messages, seed=sample)))
             replies.append(reply)
             answer = parse_answer(reply)
             if answer is not None:
@@ -353,35 +537,64 @@ class CommitteeLabeler(Labeler):
                 {"role": "assistant", "content": reply or ""},
                 {"role": "user", "content": ANSWER_INSTRUCTION},
             ]
-        record = {
+        return {
             "answer": answer,
             "garbage": sum(parse_answer(r) is None for r in replies),
             "calls": len(replies),
             "replies": replies,
         }
-        self.cache.put(key, record)
-        return record, False
+
+    def _body(self, model: str, messages: list[dict[str, str]], *, seed: int) -> dict[str, Any]:
+        return {
+            "model": model,
+            "messages": messages,
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+            "seed": seed,
+        }
 
     def _run(self, tasks: list[_Task], rows: Sequence[PoolRow], label: str) -> dict[_Task, tuple[dict, bool]]:
+        """Every task's (answer record, came from the cache): cached ones read, the rest asked with up to
+        `max_in_flight` requests in flight, each answer stored as it arrives."""
         results: dict[_Task, tuple[dict, bool]] = {}
-        if not tasks:
-            return results
-        # Submitted in chunks: a full pool is ~10^6 answers, too many futures to hold at once.
-        chunk = self.config.concurrency * SUBMIT_CHUNK_PER_WORKER
-        executor = ThreadPoolExecutor(max_workers=self.config.concurrency)
+        missing: dict[tuple[str, int, str], list[int]] = {}
+        for task in tasks:
+            prompt = rows[task.item].prompt
+            cached = self.cache.get(self._key(task.round_name, task.model, task.sample, prompt))
+            if cached is not None:
+                results[task] = (cached, True)
+            else:
+                missing.setdefault((task.round_name, task.item, task.model), []).append(task.sample)
+        requests_: list[_Request] = []
+        for (round_name, item, model), samples in missing.items():
+            if self._uses_n(self.clients[model], len(samples)):
+                requests_.append(_Request(round_name, item, model, tuple(samples)))
+            else:
+                requests_ += [_Request(round_name, item, model, (sample,)) for sample in samples]
+        if missing:
+            log.info(
+                "%s: %d answers cached, %d to ask in %d request(s), up to %d in flight",
+                label,
+                len(results),
+                len(tasks) - len(results),
+                len(requests_),
+                self.config.max_in_flight,
+            )
         try:
-            with tqdm(total=len(tasks), desc=label, unit="answer") as bar:
-                for start in range(0, len(tasks), chunk):
-                    futures = {
-                        executor.submit(self._ask, task, rows[task.item].prompt): task
-                        for task in tasks[start : start + chunk]
-                    }
-                    for future in as_completed(futures):
-                        results[futures[future]] = future.result()
-                        bar.update()
+            with tqdm(total=len(tasks), initial=len(results), desc=label, unit="answer") as bar:
+                asked = bounded_map(
+                    lambda request: self._ask(request, rows[request.item].prompt),
+                    requests_,
+                    self.config.max_in_flight,
+                )
+                for request, records in asked:
+                    for sample, record in records.items():
+                        task = _Task(request.round_name, request.item, request.model, sample)
+                        results[task] = (record, False)
+                    bar.update(len(records))
         finally:
-            # On an error, stop asking: queued calls are cancelled rather than spent.
-            executor.shutdown(wait=True, cancel_futures=True)
+            # Whatever arrived is kept, also when a judge's endpoint finally failed.
+            self.cache.flush()
         return results
 
     def decide(
@@ -391,8 +604,8 @@ class CommitteeLabeler(Labeler):
         samples = range(self.config.samples)
         votes: dict[str, dict[int, dict[str, list[str | None]]]] = {r: {} for r in ROUNDS}
         stats = {"cache_hits": 0}
-        requests_before = self.client.requests_sent
-        judges = {m: Counter({"answers": 0, "garbage": 0, "abstentions": 0}) for m in models}
+        requests_before = self.requests_sent
+        judges = {m: Counter({"answers": 0, "garbage": 0, "abstentions": 0, "yes": 0}) for m in models}
 
         def run_round(round_items: dict[str, list[int]]) -> None:
             tasks = [
@@ -419,6 +632,7 @@ class CommitteeLabeler(Labeler):
                 judge["answers"] += 1
                 judge["garbage"] += record["garbage"]
                 judge["abstentions"] += record["answer"] is None
+                judge["yes"] += record["answer"] == YES
                 item_votes = votes[task.round_name].setdefault(task.item, {})
                 item_votes.setdefault(task.model, [None] * len(samples))[task.sample] = record["answer"]
             for round_name, items in round_items.items():
@@ -440,7 +654,7 @@ class CommitteeLabeler(Labeler):
             decisions.append(
                 Decision(coarse=coarse, pillars=pillars_for_class(self.policy, row, coarse), rule=tally)
             )
-        stats["http_requests"] = self.client.requests_sent - requests_before
+        stats["http_requests"] = self.requests_sent - requests_before
         return decisions, {"committee": self._report(votes, judges, stats)}
 
     @staticmethod

@@ -24,6 +24,7 @@ from guardpolicy.evaluation import scoring as evaluation
 from guardpolicy.evaluation.inputs import load_checkpoint
 from guardpolicy.io import read_json
 from guardpolicy.layout import Layout
+from guardpolicy.shared_cache import cache_folder
 from guardpolicy.taxonomy import Taxonomy
 from guardpolicy.training.cards import CARD_JSON
 from guardpolicy.training.device import choose_device, configure_threads
@@ -82,7 +83,7 @@ def run_guard(
     started = time.perf_counter()
     cache_stats = None
     if config.revision is not None:
-        cache = GenerationCache(layout.resolve(settings.cache_dir))
+        cache = GenerationCache(cache_folder(settings.cache_dir, "score.cache_dir", layout))
         backend = CachedBackend(target.backend, cache)
         try:
             generations = backend.generate(relaxed, prompts, decoding)

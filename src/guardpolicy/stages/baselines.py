@@ -41,6 +41,7 @@ from guardpolicy.contracts import BASELINE_PREDICTIONS, write_table
 from guardpolicy.evaluation.inputs import evaluation_items
 from guardpolicy.io import write_json
 from guardpolicy.layout import Layout
+from guardpolicy.shared_cache import cache_folder
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
 
@@ -66,7 +67,7 @@ def baseline(guard: str, layout: Layout | None = None, device: str | None = None
     relaxed_adapter, strict_adapter = build_adapter(spec, "relaxed"), build_adapter(spec, "strict")
     # The backend first: a refused model (pickle-only weights, say) stops the run before the cache opens.
     runner = build_backend(guard, config, spec, device, registry_file)
-    cache = GenerationCache(layout.resolve(settings.cache_dir))
+    cache = GenerationCache(cache_folder(settings.cache_dir, "baselines.cache_dir", layout))
     backend = CachedBackend(runner, cache)
     decoding = Decoding(
         max_new_tokens=settings.max_new_tokens, temperature=0.0, top_logprobs=settings.top_logprobs

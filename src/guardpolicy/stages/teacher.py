@@ -26,15 +26,20 @@ from guardpolicy.config.teachers import TEACHERS
 from guardpolicy.config.training import TRAINING
 from guardpolicy.contracts import TEACHER_LOGITS, write_table
 from guardpolicy.errors import ConfigError
-from guardpolicy.io import read_parquet
+from guardpolicy.io import read_json, read_parquet
 from guardpolicy.layout import Layout
 from guardpolicy.preconditions import check_training_params
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
+from guardpolicy.training.cards import CARD_JSON
+from guardpolicy.training.distributed import is_main_process, relaunch_stage
 from guardpolicy.training.names import PRETRAINED, teacher_name
 from guardpolicy.training.runs import ScaleEncoder, TrainingRun, recipe_fields, train_run
 
 log = logging.getLogger(__name__)
+
+# This stage's script (dvc.yaml's cmd), re-run under `accelerate launch` when training.num_processes > 1.
+STAGE_SCRIPT = "pipelines/teacher.py"
 
 # The splits a teacher's cached outputs cover: every split a branch trains on or draws anchors from.
 TEACHER_OUTPUT_SPLITS = ("train", "calib")
@@ -52,6 +57,11 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
     check_training_params(layout, rules=True)
     params = ParamsFile.read(layout.path("params"))
     teachers, training = params.load(TEACHERS), params.load(TRAINING)
+    if relaunch_stage(training.num_processes, layout.root / STAGE_SCRIPT, [policy]):
+        # The launched processes trained (and rank 0 predicted and wrote) the teacher (docs/gpu.md).
+        card = read_json(layout.path("model", model=teacher_name(policy)) / CARD_JSON)
+        note_work(card["run"]["train_seconds"], card["training"]["examples"] * card["training"]["epochs"])
+        return card
     _, profile = active_profile(params)
     scales = params.load(SCALES)
     if policy not in teachers:
@@ -89,6 +99,8 @@ def teacher(policy: str, layout: Layout | None = None) -> dict[str, Any]:
         params={"teacher": dataclasses.asdict(config), "training": dataclasses.asdict(training)},
     )
     card, examples, train_seconds = train_run(run, profile, scale, taxonomy, layout)
+    if not is_main_process():
+        return card  # rank 0 of a multi-process run predicts, writes and reports
 
     pool = read_parquet(layout.path("pool"), "run `dvc repro pool` first").set_index("id")["prompt"]
     prefix = layout_prefix(profile, scale.encoder, config.scale, layout)

@@ -20,15 +20,21 @@ from guardpolicy.config.core import ParamsFile
 from guardpolicy.config.profiles import active_profile
 from guardpolicy.config.scales import SCALES, scale_encoder
 from guardpolicy.config.training import TRAINING
+from guardpolicy.io import read_json
 from guardpolicy.layout import Layout
 from guardpolicy.preconditions import require_current_plan
 from guardpolicy.taxonomy import load_taxonomy
 from guardpolicy.timing import note_work
+from guardpolicy.training.cards import CARD_JSON
 from guardpolicy.training.datasets import AnchorRequest, resolve_anchor_count
+from guardpolicy.training.distributed import is_main_process, relaunch_stage
 from guardpolicy.training.names import planned_entry
 from guardpolicy.training.runs import ScaleEncoder, TrainingRun, recipe_fields, train_run
 
 log = logging.getLogger(__name__)
+
+# This stage's script (dvc.yaml's cmd), re-run under `accelerate launch` when training.num_processes > 1.
+STAGE_SCRIPT = "pipelines/train.py"
 
 
 def train(model_name: str, layout: Layout | None = None) -> dict[str, Any]:
@@ -42,6 +48,11 @@ def train(model_name: str, layout: Layout | None = None) -> dict[str, Any]:
     entry = planned_entry(layout.path("plan"), "models", model_name, plan_file)
     params = ParamsFile.read(layout.path("params"))
     branches, anchor_sets, training = params.load(BRANCHES), params.load(ANCHOR_SETS), params.load(TRAINING)
+    if relaunch_stage(training.num_processes, layout.root / STAGE_SCRIPT, [model_name]):
+        # The launched processes trained and rank 0 wrote the model and its card (docs/gpu.md).
+        card = read_json(layout.path("model", model=model_name) / CARD_JSON)
+        note_work(card["run"]["train_seconds"], card["training"]["examples"] * card["training"]["epochs"])
+        return card
     _, profile = active_profile(params)
     scales = params.load(SCALES)
     scale = ScaleEncoder(
@@ -83,6 +94,8 @@ def train(model_name: str, layout: Layout | None = None) -> dict[str, Any]:
         },
     )
     card, examples, _ = train_run(run, profile, scale, taxonomy, layout)
+    if not is_main_process():
+        return card  # rank 0 of a multi-process run writes and reports
     seconds = time.perf_counter() - started
     # The rate is over the optimisation loop only (loading, imports and the card are in the record's seconds).
     note_work(card["run"]["train_seconds"], len(examples) * run.recipe["epochs"])

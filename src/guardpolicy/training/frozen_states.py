@@ -1,8 +1,15 @@
 """Token states of a run's frozen part, computed once before training: the backbone's for head-only runs,
 the frozen top's over the scale's cached prefix states (recipe.frozen_layers) for head-only runs on a prefix,
-and each example's cached prefix rows (checked against the model and recipe) for runs that train the top."""
+and each example's cached prefix rows (checked against the model and recipe) for runs that train the top.
+
+Head-only token states go to a `FeatureCache`: one flat memory-mapped file in the run's work dir (float16 by
+default, recipe.feature_cache_dtype), so the training split's states are never all in RAM (at ModernBERT-large
+scale they are ~17 GB in fp32); the OS pages in the rows a batch reads.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,14 +24,71 @@ from guardpolicy.training.device import DeviceChoice
 from guardpolicy.training.prefix_cache import POOL_SET, PrefixCache, cache_key
 from guardpolicy.training.recipe import TrainRecipe
 
+FEATURE_FILE_PREFIX = "features-"
+FLOAT16_MAX = 65504.0
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+class FeatureCache:
+    """N examples' token states [T_i, H] in one memory-mapped file of `dtype`; rows read back as float32.
+
+    Written once (by rank 0 in a multi-process run), then opened read-only by every process.
+    """
+
+    def __init__(self, path: Path, lengths: np.ndarray, hidden: int, dtype: str, *, create: bool) -> None:
+        self.path, self.dtype_name = Path(path), dtype
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
+        self.hidden = hidden
+        size = int(self.offsets[-1]) * hidden
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "wb") as handle:
+                handle.truncate(size * _DTYPES[dtype].itemsize)
+        # shared=True maps the file itself: writes land on disk, reads page in on demand.
+        self.flat = torch.from_file(str(self.path), shared=create, size=size, dtype=_DTYPES[dtype])
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def write(self, index: int, states: torch.Tensor) -> None:
+        # states: [T_i, H] float32
+        if self.dtype_name == "float16":
+            peak = float(states.abs().max()) if states.numel() else 0.0
+            if not np.isfinite(peak) or peak > FLOAT16_MAX:
+                raise ConfigError(
+                    f"training.feature_cache_dtype float16: a token state of example {index} reaches "
+                    f"{peak:.4g}, beyond float16's range (|x| <= {FLOAT16_MAX:g}); set "
+                    "training.feature_cache_dtype to bfloat16 or float32"
+                )
+        start, end = self.offsets[index] * self.hidden, self.offsets[index + 1] * self.hidden
+        self.flat[start:end] = states.reshape(-1).to(self.flat.dtype)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        start, end = self.offsets[index] * self.hidden, self.offsets[index + 1] * self.hidden
+        return self.flat[start:end].view(int(self.lengths[index]), self.hidden).float()  # [T_i, H]
+
+
+def feature_cache_path(work_dir: Path, fingerprint: str) -> Path:
+    return Path(work_dir) / f"{FEATURE_FILE_PREFIX}{fingerprint[:16]}.bin"
+
+
+def discard_feature_caches(work_dir: Path) -> None:
+    for path in Path(work_dir).glob(f"{FEATURE_FILE_PREFIX}*.bin"):
+        path.unlink(missing_ok=True)
+
 
 @torch.no_grad()
 def top_token_states(
-    top: TopView, prefix_rows: list[torch.Tensor], lengths: np.ndarray, batch_size: int, description: str
-) -> list[torch.Tensor]:
-    """The frozen top's token states per example (N x [T_i, H] float32) from cached prefix states, once."""
+    top: TopView,
+    prefix_rows: list[torch.Tensor],
+    lengths: np.ndarray,
+    batch_size: int,
+    description: str,
+    cache: FeatureCache,
+) -> FeatureCache:
+    """The frozen top's token states per example from cached prefix states, once, into `cache`."""
     top.eval()
-    states: list[torch.Tensor | None] = [None] * len(prefix_rows)
     for indices in tqdm(
         sorted_batches(lengths, batch_size),
         desc=f"{description}: top features",
@@ -37,8 +101,8 @@ def top_token_states(
         )
         hidden = top(batch, mask)  # [B, T, H]
         for row, index in enumerate(indices):
-            states[index] = hidden[row, : lengths[index]].clone()
-    return states  # type: ignore[return-value]
+            cache.write(index, hidden[row, : lengths[index]])
+    return cache
 
 
 def cached_prefix_rows(
@@ -83,11 +147,15 @@ def cached_prefix_rows(
 
 @torch.no_grad()
 def backbone_token_states(
-    model: GuardModel, encoded: EncodedPrompts, batch_size: int, device: DeviceChoice, description: str
-) -> list[torch.Tensor]:
-    """Frozen-backbone token states per example, N x [T_i, H] on CPU, computed once for head-only training."""
+    model: GuardModel,
+    encoded: EncodedPrompts,
+    batch_size: int,
+    device: DeviceChoice,
+    description: str,
+    cache: FeatureCache,
+) -> FeatureCache:
+    """Frozen-backbone token states per example, computed once for head-only training, into `cache`."""
     model.eval()
-    states: list[torch.Tensor | None] = [None] * len(encoded)
     batches = sorted_batches(encoded.lengths, batch_size)
     for indices in tqdm(batches, desc=f"{description}: backbone features", unit="batch", mininterval=1.0):
         batch = pad_batch(encoded, indices)
@@ -98,5 +166,5 @@ def backbone_token_states(
             ).last_hidden_state  # [B, T, H]
         hidden = hidden.float().cpu()
         for row, index in enumerate(indices):
-            states[index] = hidden[row, : encoded.lengths[index]].clone()
-    return states  # type: ignore[return-value]
+            cache.write(index, hidden[row, : encoded.lengths[index]])
+    return cache

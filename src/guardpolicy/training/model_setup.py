@@ -4,6 +4,7 @@ optimizer and learning-rate schedule, and deterministic kernels."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import torch
 from transformers import get_linear_schedule_with_warmup
 
 from guardpolicy.config.encoders import EncoderConfig
-from guardpolicy.errors import InputError
+from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.modeling.guard import GuardModel, load_guard
 from guardpolicy.modeling.prefix import trainable_top_parameters
 from guardpolicy.training.device import DeviceChoice
@@ -83,3 +84,17 @@ def deterministic_algorithms() -> Iterator[None]:
     finally:
         torch.use_deterministic_algorithms(previous, warn_only=previous_warn)
         torch.backends.cudnn.benchmark = previous_benchmark
+
+
+def set_attention(model: GuardModel, attn_implementation: str | None) -> None:
+    """Switch the backbone's attention kernel (None: keep what it was built or saved with)."""
+    if attn_implementation is None:
+        return
+    if attn_implementation == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise ConfigError(
+            "params training.attn_implementation: flash_attention_2 needs the flash-attn package, which is "
+            "not installed (pip install flash-attn on a CUDA machine), or use sdpa"
+        )
+    model.backbone.set_attn_implementation(attn_implementation)
+    # The guard's config holds the backbone's config; the saved model reads it back with the same kernel.
+    model.config.encoder._attn_implementation_internal = model.backbone.config._attn_implementation

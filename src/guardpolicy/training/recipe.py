@@ -13,6 +13,10 @@ from guardpolicy.training.device import Precision
 from guardpolicy.training.losses import LossWeights
 
 Trainable = Literal["full", "encoder", "heads"]
+# dtype of the head-only runs' on-disk token-state cache (frozen_states.FeatureCache).
+FEATURE_CACHE_DTYPES = ("float16", "bfloat16", "float32")
+# Attention kernels a run may ask the backbone for (None: whatever the backbone was built or saved with).
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,8 +37,18 @@ class TrainRecipe:
     distill_alpha: float | None = None
     distill_temperature: float = 4.0
     loss_weights: LossWeights = field(default_factory=LossWeights)
-    checkpoint_every_steps: int = 200
+    # Save the resumable state every N optimizer steps and/or every M minutes, whichever comes first (None
+    # disables that trigger; the state is still saved at each epoch end).
+    checkpoint_every_steps: int | None = 200
+    checkpoint_every_minutes: float | None = None
     log_every_steps: int = 10
+    # Per-device micro-batch (None: the whole per-device share of the global batch). The global batch stays
+    # `batch_size`; gradients are accumulated over batch_size / (world_size x micro_batch_size) micro-batches.
+    micro_batch_size: int | None = None
+    # torch.compile the trained module (worth it on GPU for long runs; off by default).
+    compile: bool = False
+    attn_implementation: str | None = None
+    feature_cache_dtype: str = "float16"
     length_bucketing: bool = True
     # Which part of an over-long prompt is kept (collate.TRUNCATIONS); saved into the model's config.
     truncation: str = "head"
@@ -46,9 +60,23 @@ class TrainRecipe:
     def __post_init__(self) -> None:
         if not isinstance(self.loss_weights, LossWeights):
             object.__setattr__(self, "loss_weights", LossWeights.of(self.loss_weights))
-        for name in ("epochs", "batch_size", "max_length", "checkpoint_every_steps", "log_every_steps"):
+        for name in ("epochs", "batch_size", "max_length", "log_every_steps"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"recipe.{name} must be positive, got {getattr(self, name)}")
+        for name in ("checkpoint_every_steps", "checkpoint_every_minutes", "micro_batch_size"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"recipe.{name} must be positive or null, got {value}")
+        if self.feature_cache_dtype not in FEATURE_CACHE_DTYPES:
+            raise ConfigError(
+                f"recipe.feature_cache_dtype must be one of {', '.join(FEATURE_CACHE_DTYPES)}, "
+                f"got {self.feature_cache_dtype!r}"
+            )
+        if self.attn_implementation is not None and self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ConfigError(
+                f"recipe.attn_implementation must be one of {', '.join(ATTN_IMPLEMENTATIONS)} or null, "
+                f"got {self.attn_implementation!r}"
+            )
         if self.frozen_layers < 0:
             raise ConfigError(f"recipe.frozen_layers must be >= 0, got {self.frozen_layers}")
         if self.frozen_layers and self.trainable == "encoder":
@@ -73,6 +101,28 @@ class TrainRecipe:
             raise ConfigError(f"recipe.{exc}") from exc
 
 
+def accumulation_steps(batch_size: int, micro_batch_size: int | None, world_size: int) -> int:
+    """Micro-batches per device per optimizer step, so that world_size x micro x steps = the global batch.
+
+    The error names the params keys: the global batch is the profile's `batch_size`, the micro-batch
+    `training.micro_batch_size`.
+    """
+    if batch_size % world_size:
+        raise ConfigError(
+            f"params training: the global batch_size {batch_size} (the profile's batch_size) is not "
+            f"divisible by the {world_size} processes (training.num_processes / accelerate launch "
+            "--num_processes)"
+        )
+    per_device = batch_size // world_size
+    micro = micro_batch_size or per_device
+    if per_device % micro:
+        raise ConfigError(
+            f"params training.micro_batch_size: {micro} does not divide the per-device batch {per_device} "
+            f"(batch_size {batch_size} / {world_size} process(es)); pick a divisor of {per_device}"
+        )
+    return per_device // micro
+
+
 @dataclass(frozen=True)
 class TrainResult:
     description: str
@@ -87,6 +137,7 @@ class TrainResult:
     trainable: str
     device: str
     precision: str
+    processes: int  # data-parallel processes (1 unless launched by accelerate launch / torchrun)
     resumed_from_step: int | None
     fingerprint: str
 

@@ -31,6 +31,7 @@ from guardpolicy.taxonomy import Taxonomy
 from guardpolicy.training.card_files import backbone_block, card_of, library_versions, write_card
 from guardpolicy.training.cards import model_card
 from guardpolicy.training.datasets import AnchorRequest, ExampleSources, build_examples
+from guardpolicy.training.distributed import is_main_process
 from guardpolicy.training.names import PRETRAINED, teacher_name
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 # TrainResult fields that differ between two runs of the same inputs (timings, and where an interrupted run
 # resumed): the card keeps them in its `run` block. The machine's fields go to `environment`.
 _RUN_FIELDS = ("seconds", "train_seconds", "samples_per_second", "resumed_from_step")
-_ENVIRONMENT_FIELDS = ("device", "precision")
+_ENVIRONMENT_FIELDS = ("device", "precision", "processes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +80,12 @@ def recipe_fields(
         "distill_temperature": training.distill_temperature,
         "loss_weights": dataclasses.asdict(training.loss_weights),
         "checkpoint_every_steps": training.checkpoint_every_steps,
+        "checkpoint_every_minutes": training.checkpoint_every_minutes,
         "log_every_steps": training.log_every_steps,
+        "micro_batch_size": training.micro_batch_size,
+        "compile": training.compile,
+        "attn_implementation": training.attn_implementation,
+        "feature_cache_dtype": training.feature_cache_dtype,
         "length_bucketing": training.length_bucketing,
         "truncation": profile.truncation,
         "truncation_head_tokens": profile.truncation_head_tokens,
@@ -198,6 +204,8 @@ def train_run(
         prefix_stage=prefix_stage(run.scale),
     )
     seconds = time.perf_counter() - started
+    if not is_main_process():
+        return {}, examples, seconds  # rank 0 of a multi-process run writes the card
     training, environment, timing, parameters = result_blocks(result)
     teacher_block = None
     if run.teacher is not None:

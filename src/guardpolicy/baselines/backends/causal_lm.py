@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, 
 
 from guardpolicy.baselines.backends.common import PROBE_PROMPT, BackendError, Dtype
 from guardpolicy.baselines.backends.local import LoadPolicy, LocalModel
-from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter, PromptTokens
+from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter, OnGeneration, PromptTokens
 from guardpolicy.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,13 @@ class TransformersBackend(LocalModel):
             return_dict_in_generate=True,
         )
 
-    def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
+    def generate(
+        self,
+        adapter: GuardAdapter,
+        prompts: list[str],
+        decoding: Decoding,
+        on_generation: OnGeneration | None = None,
+    ) -> list[Generation]:
         if decoding.temperature != 0:
             raise ConfigError(
                 f"decoding.temperature must be 0 for the transformers backend (greedy decoding), got "
@@ -149,6 +155,7 @@ class TransformersBackend(LocalModel):
             lengths,
             lambda batch: self._generate_batch(adapter, batch, config, stop_ids, candidates),
             started,
+            on_generation,
         )
 
     @torch.inference_mode()

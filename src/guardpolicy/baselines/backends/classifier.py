@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 
 from guardpolicy.baselines.backends.common import PROBE_PROMPT, BackendError, Dtype
 from guardpolicy.baselines.backends.local import LoadPolicy, LocalModel
-from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter, PromptTokens
+from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter, OnGeneration, PromptTokens
 from guardpolicy.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -178,14 +178,20 @@ class SequenceClassifierBackend(LocalModel):
         kept = "tail" if self.tokenizer.truncation_side == "left" else "head"
         return PromptTokens(n_tokens=self._token_counts(texts), max_length=self.max_length, kept=kept)
 
-    def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
+    def generate(
+        self,
+        adapter: GuardAdapter,
+        prompts: list[str],
+        decoding: Decoding,
+        on_generation: OnGeneration | None = None,
+    ) -> list[Generation]:
         self.check_labels(adapter)
         if not prompts:
             return []
         started = time.perf_counter()
         texts = [classifier_text(adapter, prompt) for prompt in prompts]
         lengths = self._token_counts(texts)
-        return self._in_length_batches(adapter, texts, lengths, self._classify_batch, started)
+        return self._in_length_batches(adapter, texts, lengths, self._classify_batch, started, on_generation)
 
     @torch.inference_mode()
     def _classify_batch(self, texts: list[str]) -> list[Generation]:

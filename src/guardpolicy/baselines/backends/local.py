@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from guardpolicy.baselines.backends.common import BackendError, Dtype, all_answered, log_throughput
-from guardpolicy.baselines.base import Generation, GuardAdapter
+from guardpolicy.baselines.base import Generation, GuardAdapter, OnGeneration
 from guardpolicy.errors import ConfigError
 from guardpolicy.layout import relative_path
 from guardpolicy.modeling.weights import (
@@ -95,6 +95,7 @@ class LocalModel:
         lengths: list[int],
         run_batch: Callable[[list[str]], list[Generation]],
         started: float,
+        on_generation: OnGeneration | None = None,
     ) -> list[Generation]:
         """`run_batch` over batches of `texts`, longest first (a batch holds prompts of similar length, so
         little padding; ties in input order); the results back in input order, the throughput logged."""
@@ -104,6 +105,8 @@ class LocalModel:
         for batch in tqdm(batches, desc=f"{self.model_id} ({adapter.family})", unit="batch"):
             for index, generation in zip(batch, run_batch([texts[i] for i in batch]), strict=True):
                 results[index] = generation
+                if on_generation is not None:
+                    on_generation(index, generation)
         self.generated += len(texts)
         log_throughput(
             self.model_id,

@@ -19,14 +19,14 @@ import math
 import os
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from tqdm import tqdm
 
 from guardpolicy.baselines.backends.common import PROBE_PROMPT, BackendError, all_answered, log_throughput
-from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter, PromptTokens
+from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter, OnGeneration, PromptTokens
 from guardpolicy.errors import ConfigError
+from guardpolicy.inflight import bounded_map
 from guardpolicy.labeling.committee import ChatClient
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def _check_top_logprobs(decoding: Decoding) -> None:
 
 
 class _CompletionsClient(ChatClient):
-    """The committee's chat client (per-thread sessions, backoff, Retry-After), any request body."""
+    """The committee's chat client (pooled connections, backoff, Retry-After), any request body."""
 
     role = "guard"
     error = BackendError
@@ -147,19 +147,24 @@ class OpenAIServerBackend:
         api_key_env: str = "OPENAI_API_KEY",
         timeout_s: float = 60,
         max_retries: int = 3,
-        concurrency: int = 4,
+        max_in_flight: int = 16,
         backoff_s: float = 1.0,
     ) -> None:
-        if concurrency < 1:
-            raise ConfigError(f"server backend concurrency must be at least 1, got {concurrency}")
+        if max_in_flight < 1:
+            raise ConfigError(f"server backend max_in_flight must be at least 1, got {max_in_flight}")
         if max_retries < 0:
             raise ConfigError(f"server backend max_retries must be >= 0, got {max_retries}")
         self.model_id = model
         self.revision = revision
-        self.concurrency = concurrency
+        self.max_in_flight = max_in_flight
         api_key = os.environ.get(api_key_env) if api_key_env else None
         self.client = _CompletionsClient(
-            base_url, timeout_s=timeout_s, max_retries=max_retries, api_key=api_key, backoff_s=backoff_s
+            base_url,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            api_key=api_key,
+            backoff_s=backoff_s,
+            max_connections=max_in_flight,
         )
         # Prompts answered by the server so far (a cached rerun sends none; retries: client.requests_sent).
         self.generated = 0
@@ -195,23 +200,31 @@ class OpenAIServerBackend:
     def _complete(self, adapter: GuardAdapter, body: dict[str, Any]) -> Generation:
         return generation_from_reply(self.client.post_json(body), adapter, adapter.decision_tokens())
 
-    def generate(self, adapter: GuardAdapter, prompts: list[str], decoding: Decoding) -> list[Generation]:
+    def generate(
+        self,
+        adapter: GuardAdapter,
+        prompts: list[str],
+        decoding: Decoding,
+        on_generation: OnGeneration | None = None,
+    ) -> list[Generation]:
         _check_top_logprobs(decoding)
         if not prompts:
             return []
         started = time.perf_counter()
-        bodies = [self.request_body(adapter, prompt, decoding) for prompt in prompts]
         results: list[Generation | None] = [None] * len(prompts)
-        executor = ThreadPoolExecutor(max_workers=self.concurrency)
-        try:
-            futures = {executor.submit(self._complete, adapter, body): i for i, body in enumerate(bodies)}
-            with tqdm(total=len(prompts), desc=f"{self.model_id} ({adapter.family})", unit="prompt") as bar:
-                for future in as_completed(futures):
-                    results[futures[future]] = future.result()
-                    bar.update()
-        finally:
-            # On a failure, do not keep sending the remaining requests.
-            executor.shutdown(wait=True, cancel_futures=True)
+        # Up to max_in_flight requests at once, refilled as each reply arrives; on a failure nothing more is
+        # sent, and what arrived before it has been handed to `on_generation`.
+        replies = bounded_map(
+            lambda i: self._complete(adapter, self.request_body(adapter, prompts[i], decoding)),
+            range(len(prompts)),
+            self.max_in_flight,
+        )
+        with tqdm(total=len(prompts), desc=f"{self.model_id} ({adapter.family})", unit="prompt") as bar:
+            for index, generation in replies:
+                results[index] = generation
+                if on_generation is not None:
+                    on_generation(index, generation)
+                bar.update()
         malformed = sum(r is not None and r.finish_reason == MALFORMED for r in results)
         if malformed:
             log.warning("%s: %d of %d replies were malformed", self.model_id, malformed, len(prompts))

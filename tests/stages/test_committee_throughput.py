@@ -1,0 +1,162 @@
+"""The committee at engine throughput: a continuous in-flight window, `n = samples` in one request (and the
+fallback for servers without it), one endpoint per judge, Retry-After, and answers committed in batches."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers.committee import EXPECTED, by_prompt, committee_pool, run_committee
+from helpers.fake_openai import FakeOpenAIServer, serving
+
+from guardpolicy.config.core import ParamsFile
+from guardpolicy.config.policies import POLICIES, CommitteeConfig
+from guardpolicy.errors import ConfigError
+from guardpolicy.labeling import committee
+from guardpolicy.labeling.committee import AnswerCache, CommitteeError
+
+JUDGES = ["keyword-judge", "json-judge"]
+
+
+def test_n_samples_ride_in_one_request_with_the_same_labels_and_cache_keys(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    one_by_one = run_committee(server, tmp_path / "never", JUDGES, samples=3, use_n="never")
+    per_sample = len(server.requests)
+    server.requests.clear()
+    with_n = run_committee(server, tmp_path / "n", JUDGES, samples=3, use_n="auto")
+    # 4 items x 2 rounds x 2 judges: one request each instead of one per sample.
+    assert len(server.requests) == per_sample / 3 == 16
+    assert {r.get("n") for r in server.requests} == {3}
+    pd.testing.assert_frame_equal(by_prompt(with_n), by_prompt(one_by_one))
+    # The cache keys are per sample, whichever way the answers came: a per-sample rerun asks nothing.
+    server.requests.clear()
+    again = run_committee(server, tmp_path / "n", JUDGES, samples=3, use_n="never")
+    assert server.requests == [] and again.report["committee"]["cache_hits"] == 4 * 2 * 2 * 3
+
+
+@pytest.mark.parametrize("n_support", ["ignore", "refuse"])
+def test_auto_falls_back_to_one_request_per_sample(
+    server: FakeOpenAIServer, tmp_path: Path, n_support: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.n_support = n_support
+    result = run_committee(server, tmp_path, ["keyword-judge"], samples=2, use_n="auto", max_in_flight=1)
+    assert by_prompt(result)["coarse"].tolist() == list(EXPECTED.values())
+    asked_n = [r for r in server.requests if r.get("n") == 2]
+    # With one request in flight, exactly the first request tries n; the endpoint is then asked per sample.
+    assert len(asked_n) == 1
+    # ignore: its one choice is the first sample, so one request less than refuse (whose reply had none).
+    assert len(server.requests) == 1 + 16 - (1 if n_support == "ignore" else 0)
+    assert "asking one sample per request from now on" in caplog.text
+
+
+def test_always_n_against_a_server_without_n_is_a_clear_error(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    server.n_support = "ignore"
+    with pytest.raises(CommitteeError, match=r"asked n=2, got 1 choice\(s\); set committee.use_n"):
+        run_committee(server, tmp_path, ["keyword-judge"], samples=2, use_n="always")
+
+
+def test_each_judge_is_asked_at_its_own_endpoint(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    with serving() as second:
+        endpoints = {"json-judge": {"base_url": second.base_url}}
+        config = (
+            ParamsFile(
+                {
+                    "policies": {
+                        "policy_b": {
+                            "file": "x",
+                            "labeler": "committee",
+                            "committee": {
+                                "base_url": server.base_url,
+                                "models": JUDGES,
+                                "endpoints": endpoints,
+                            },
+                        }
+                    }
+                },
+                "params.yaml",
+            )
+            .load(POLICIES)["policy_b"]
+            .committee
+        )
+        assert config.endpoint("json-judge").base_url == second.base_url
+        result = run_committee(server, tmp_path, JUDGES, endpoints=config.endpoints)
+        assert {r["model"] for r in server.requests} == {"keyword-judge"}
+        assert {r["model"] for r in second.requests} == {"json-judge"}
+        assert by_prompt(result)["coarse"].tolist() == list(EXPECTED.values())
+        assert result.report["committee"]["http_requests"] == len(server.requests) + len(second.requests)
+
+
+def test_endpoints_must_name_judges_and_reject_unknown_keys() -> None:
+    with pytest.raises(ConfigError, match=r"endpoints names \['other'\], which are not judges"):
+        CommitteeConfig(base_url="http://x/v1", models=("a",), endpoints={"other": {"base_url": "http://y"}})
+    committee_section = {"base_url": "http://x/v1", "models": ["a"], "endpoints": {"a": {"url": "http://y"}}}
+    params = {"policies": {"p": {"file": "x", "labeler": "committee", "committee": committee_section}}}
+    with pytest.raises(ConfigError, match=r"policies\.p\.committee\.endpoints\.a"):
+        ParamsFile(params, "params.yaml").load(POLICIES)
+
+
+def test_requests_stay_in_flight_up_to_the_window(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    server.latency_s = 0.05
+    extra = [f"Recipe number {i}?" for i in range(20)]
+    run_committee(server, tmp_path, ["keyword-judge"], samples=1, max_in_flight=6, pool=committee_pool(extra))
+    # The window is kept full (no chunk drains to one straggler) and never exceeded.
+    assert server.max_active == 6
+
+
+def test_retry_after_in_seconds_and_as_an_http_date() -> None:
+    now = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+    assert committee.retry_after_seconds("7", now) == 7.0
+    assert committee.retry_after_seconds("0.5", now) == 0.5
+    assert committee.retry_after_seconds(format_datetime(now + timedelta(seconds=30), usegmt=True), now) == 30
+    assert committee.retry_after_seconds(format_datetime(now - timedelta(seconds=30), usegmt=True), now) == 0
+    assert committee.retry_after_seconds("soon", now) is None
+    assert committee.retry_after_seconds(None, now) is None
+
+
+def test_backoff_has_full_jitter_and_obeys_retry_after() -> None:
+    rng = committee.random.Random(0)
+    delays = [committee.backoff_delay(3, 1.0, None, rng) for _ in range(200)]
+    assert all(0 <= d <= 8 for d in delays) and len(set(delays)) == 200
+    assert max(delays) > 6 and min(delays) < 2  # spread over [0, base * 2^attempt], not one value
+    assert committee.backoff_delay(10, 1.0, None, rng) <= committee.MAX_BACKOFF_S
+    assert committee.backoff_delay(0, 1.0, 12.0, rng) == 12.0
+    assert committee.backoff_delay(0, 1.0, 1e6, rng) == committee.MAX_BACKOFF_S
+
+
+def test_a_429_with_an_http_date_retry_after_is_waited_for(
+    server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(committee.time, "sleep", waits.append)
+    server.rate_limited_left = 2
+    server.retry_after = format_datetime(datetime.now(UTC) + timedelta(seconds=40), usegmt=True)
+    run_committee(server, tmp_path, ["flaky-judge"], samples=1, max_retries=3, max_in_flight=1)
+    assert len(waits) == 2 and all(30 < w <= 40 for w in waits)
+
+
+def test_answers_are_committed_in_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(committee, "COMMIT_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(committee, "COMMIT_EVERY", 4)
+    cache = AnswerCache(tmp_path)
+    other_process = sqlite3.connect(cache.path)
+
+    def committed() -> int:
+        return other_process.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+
+    for i in range(3):
+        cache.put(f"k{i}", {"answer": "yes"})
+    assert committed() == 0
+    assert cache.get("k1") == {"answer": "yes"}  # a pending answer is already this run's
+    cache.put("k3", {"answer": "no"})
+    assert committed() == 4
+    cache.put("k4", {"answer": "no"})
+    cache.close()
+    assert committed() == 5
+    assert other_process.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

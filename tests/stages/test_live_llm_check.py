@@ -1,0 +1,72 @@
+"""`guardpolicy live-llm-check`'s orchestration against the fake server (the real run, against
+`transformers serve` and SmolLM2, is `make llm-check`; docs/llm-live-run.md): readiness, the committee with
+two judges (kappa defined), the server baseline, and the JSON it writes. Bad set-ups are clear errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.committee import committee_pool
+from helpers.fake_openai import FakeOpenAIServer
+
+from guardpolicy.devtools.live_llm import live_llm_check
+from guardpolicy.errors import ConfigError, InputError
+
+
+@pytest.fixture
+def pool_file(tmp_path: Path) -> Path:
+    path = tmp_path / "pool.parquet"
+    committee_pool([f"Recipe {i}?" for i in range(6)]).to_parquet(path)
+    return path
+
+
+def test_the_check_labels_scores_and_records_against_a_running_server(
+    server: FakeOpenAIServer, pool_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "llm_live.json"
+    record = live_llm_check(
+        base_url=server.base_url,
+        pool=str(pool_file),
+        prompts=8,
+        baseline_prompts=3,
+        judges="keyword-judge,contrarian-judge",
+        guard_model="llama-guard",
+        samples=2,
+        out=str(out),
+    )
+    assert json.loads(out.read_text()) == record
+    committee = record["committee"]
+    assert (
+        committee["items"] == 8 and committee["answers"] == 8 * 2 * 2 * 2
+    )  # items x rounds x judges x samples
+    assert committee["n_in_one_request"] is True  # the fake server honours n
+    assert committee["http_requests"] == 8 * 2 * 2
+    # The contrarian judge says the opposite of the keyword judge: perfect disagreement.
+    assert committee["fleiss_kappa"]["unsafe"] == -1.0
+    assert committee["yes_rate"]["keyword-judge"] + committee["yes_rate"]["contrarian-judge"] == 1.0
+    assert committee["unparseable_replies"] == committee["abstentions"] == 0
+    baseline = record["baseline"]
+    assert baseline["prompts"] == 3 and baseline["http_requests"] == 3
+    assert baseline["parse_status"] == {"ok": 3}
+    assert record["server"]["seconds_to_ready"] >= 0
+
+
+def test_a_server_that_dies_before_it_is_ready_is_a_clear_error(pool_file: Path, tmp_path: Path) -> None:
+    dying = f"{sys.executable} -c 'import sys; print(\"no weights\"); sys.exit(3)' --port {{port}}"
+    with pytest.raises(RuntimeError, match=r"exited with 3 before .*answered:\nno weights"):
+        live_llm_check(serve_cmd=dying, pool=str(pool_file), out=str(tmp_path / "x.json"))
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_bad_set_ups_are_refused(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="exactly one of --serve-cmd"):
+        live_llm_check(out=str(tmp_path / "x.json"))
+    with pytest.raises(ConfigError, match="at least two names"):
+        live_llm_check(base_url=server.base_url, judges="one-judge", out=str(tmp_path / "x.json"))
+    with pytest.raises(InputError, match="dvc repro pool"):
+        live_llm_check(
+            base_url=server.base_url, pool=str(tmp_path / "none.parquet"), out=str(tmp_path / "x.json")
+        )
