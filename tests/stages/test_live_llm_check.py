@@ -70,3 +70,14 @@ def test_bad_set_ups_are_refused(server: FakeOpenAIServer, tmp_path: Path) -> No
         live_llm_check(
             base_url=server.base_url, pool=str(tmp_path / "none.parquet"), out=str(tmp_path / "x.json")
         )
+
+
+def test_a_prepared_model_samples_so_that_temperature_applies(tmp_path: Path) -> None:
+    from transformers import GenerationConfig
+
+    from guardpolicy.devtools.live_llm import enable_sampling
+
+    GenerationConfig(bos_token_id=1, eos_token_id=2).save_pretrained(tmp_path)
+    assert enable_sampling(tmp_path) is True
+    assert GenerationConfig.from_pretrained(tmp_path).do_sample is True
+    assert enable_sampling(tmp_path) is False  # already sampling: left as it is

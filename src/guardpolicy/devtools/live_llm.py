@@ -84,10 +84,30 @@ def prepare_smollm2(folder: str | Path) -> None:
 
                 shutil.rmtree(weights)
             Path(staging).rename(weights)
+    enable_sampling(weights)
     for name in SERVED_NAMES:
         link = folder / name
         if not link.is_symlink():
             link.symlink_to(weights.name, target_is_directory=True)
+
+
+def enable_sampling(weights: str | Path) -> bool:
+    """Make the folder's generation config sample (`do_sample: true`); True when it had to be changed.
+
+    `transformers serve` (5.24, cli/serving/utils.py `_build_generation_config`) copies a request's
+    `temperature` into the model's generation config but sets `do_sample` only to turn it off at 0; a
+    converted GGUF has no `do_sample`, so generation stays greedy, the server logs "generation flags are not
+    valid and may be ignored: ['temperature']", and every sample of a judge is the same answer. Requests
+    with temperature 0 still decode greedily."""
+    from transformers import GenerationConfig
+
+    weights = Path(weights)
+    config = GenerationConfig.from_pretrained(weights)
+    if config.do_sample:
+        return False
+    config.do_sample = True
+    config.save_pretrained(weights)
+    return True
 
 
 def free_port() -> int:
