@@ -22,6 +22,7 @@ import logging
 import os
 import platform
 import shlex
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -46,6 +47,7 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The names the server is asked for: one folder of weights under three names, so that the committee has two
 # judges (their own cache keys and seeds) and the baseline its guard; `transformers serve` loads by path.
 SERVED_NAMES = ("smollm2-judge-a", "smollm2-judge-b", "smollm2-guard")
+SECOND_JUDGE = "smollm2-judge-b"
 POOL_COLUMNS = ["id", "prompt", "source", "sources", "origins", "kind", "facts", "pillars"]
 
 
@@ -75,20 +77,38 @@ def prepare_smollm2(folder: str | Path) -> None:
         config.architectures = [type(quantized).__name__]
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         plain.load_state_dict(quantized.state_dict())
-        with tempfile.TemporaryDirectory(dir=folder.parent if folder.parent.exists() else None) as staging:
-            plain.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-            folder.mkdir(parents=True, exist_ok=True)
-            if weights.exists():
-                import shutil
-
-                shutil.rmtree(weights)
-            Path(staging).rename(weights)
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=folder))
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if weights.exists():
+            shutil.rmtree(weights)
+        staging.rename(weights)
     enable_sampling(weights)
     for name in SERVED_NAMES:
-        link = folder / name
-        if not link.is_symlink():
-            link.symlink_to(weights.name, target_is_directory=True)
+        served = folder / name
+        if name == SECOND_JUDGE:
+            # Its own folder: links to the same weights, but its own sampler (generation_config.json), so
+            # the two judges draw different samples at the same seed and their agreement (kappa) means
+            # something; the same config under two names would answer identically.
+            served.mkdir(exist_ok=True)
+            for item in weights.iterdir():
+                link = served / item.name
+                if item.name != "generation_config.json" and not link.is_symlink():
+                    link.symlink_to(Path("..") / weights.name / item.name)
+            second_sampler(weights, served)
+        elif not served.is_symlink():
+            served.symlink_to(weights.name, target_is_directory=True)
+
+
+def second_sampler(weights: Path, served: Path) -> None:
+    """The second judge's generation config: the first's, sampling from a narrower nucleus (top_k 10,
+    top_p 0.8)."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig.from_pretrained(weights)
+    config.do_sample, config.top_k, config.top_p = True, 10, 0.8
+    config.save_pretrained(served)
 
 
 def enable_sampling(weights: str | Path) -> bool:
