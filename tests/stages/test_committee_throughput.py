@@ -160,3 +160,17 @@ def test_answers_are_committed_in_batches(tmp_path: Path, monkeypatch: pytest.Mo
     cache.close()
     assert committed() == 5
     assert other_process.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_proxy_from_the_environment_is_used_unless_the_host_is_exempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    assert (
+        committee.environment_proxy("https://api.example.com/v1/chat/completions")
+        == "http://proxy.example:3128"
+    )
+    assert committee.environment_proxy("http://127.0.0.1:8000/v1/chat/completions") is None
+    client = committee.ChatClient("https://api.example.com/v1", timeout_s=1, max_retries=0)
+    assert isinstance(client._pool, committee.urllib3.ProxyManager)

@@ -32,6 +32,8 @@ import re
 import sqlite3
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -236,6 +238,16 @@ class AnswerCache:
             self._db.close()
 
 
+def environment_proxy(url: str) -> str | None:
+    """The proxy the environment names for `url` (HTTPS_PROXY / HTTP_PROXY), or None (none set, or the host
+    is in NO_PROXY)."""
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy
+
+
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
     """A `Retry-After` header as seconds to wait: delta-seconds or an HTTP-date (RFC 9110); None if absent or
     unreadable."""
@@ -309,10 +321,11 @@ class ChatClient:
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
-        # Retries and redirects are ours (counted, logged, Retry-After), not urllib3's.
-        self._pool = urllib3.PoolManager(
-            maxsize=max_connections, retries=False, timeout=urllib3.Timeout(total=timeout_s)
-        )
+        # Retries and redirects are ours (counted, logged, Retry-After), not urllib3's. A proxy named by the
+        # environment (HTTPS_PROXY / HTTP_PROXY, not for a NO_PROXY host) is used as `requests` would.
+        options = {"maxsize": max_connections, "retries": False, "timeout": urllib3.Timeout(total=timeout_s)}
+        proxy = environment_proxy(self.url)
+        self._pool = urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
         self._count_lock = threading.Lock()
         # Every POST sent, retries included (a report statistic; a cached rerun sends none).
         self.requests_sent = 0
