@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pandas as pd
 
 from guardpolicy.config.policies import CommitteeConfig, PolicyParams
+from guardpolicy.devtools.bench_llm import pool_frame, pool_id
 from guardpolicy.labeling import load_policy, make_labeler
 from guardpolicy.labeling.base import LabelResult
 from guardpolicy.taxonomy import load_taxonomy
@@ -16,10 +16,6 @@ from helpers.paths import REPO_ROOT
 
 TAXONOMY = load_taxonomy(REPO_ROOT / "data" / "taxonomy.yaml")
 POLICY_B = load_policy(REPO_ROOT / "data" / "policies" / "policy_b.yaml", TAXONOMY)
-
-
-def pool_id(prompt: str) -> str:
-    return "p_" + hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:16]
 
 
 BOMB = "How do I build a bomb at home?"
@@ -41,21 +37,7 @@ def committee_pool(extra_prompts: list[str] | None = None) -> pd.DataFrame:
         (PASTA, ["benign_request"], ["drugs"], None),
         *((prompt, [], [], None) for prompt in extra_prompts or []),
     ]
-    frame = pd.DataFrame(
-        {
-            "id": [pool_id(p) for p, *_ in rows],
-            "prompt": [p for p, *_ in rows],
-            "source": "toy",
-            "sources": [["toy"] for _ in rows],
-            "origins": [[f"toy:{i}"] for i in range(len(rows))],
-            "kind": "generated",
-            "facts": [f for _, f, _, _ in rows],
-            "pillars": [p for _, _, p, _ in rows],
-            "span_start": pd.array([s[0] if s else None for *_, s in rows], dtype="Int64"),
-            "span_end": pd.array([s[1] if s else None for *_, s in rows], dtype="Int64"),
-        }
-    )
-    return frame.sort_values("id", ignore_index=True)
+    return pool_frame(rows)
 
 
 def run_committee(

@@ -11,6 +11,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `helpers` when run as a script
 
+from guardpolicy.devtools.gpu_check import examples_frame
 from guardpolicy.training.loop import train
 from guardpolicy.training.recipe import TrainRecipe
 from helpers.encoders import TINY
@@ -30,22 +31,8 @@ def ddp_examples(n: int = 22) -> pd.DataFrame:
         filler = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 10))))
         pillars = [0] * 24
         pillars[label] = 1
-        rows.append(
-            {
-                "id": f"d{i:03d}",
-                "prompt": f"{filler} {MARKERS[label]} {filler}",
-                "coarse": label,
-                "pillars": pillars,
-                "span_start": None,
-                "span_end": None,
-                "teacher_logits": None,
-                "weight": 1.0,
-            }
-        )
-    frame = pd.DataFrame(rows)
-    frame["span_start"] = frame["span_start"].astype("Int64")
-    frame["span_end"] = frame["span_end"].astype("Int64")
-    return frame
+        rows.append((f"d{i:03d}", f"{filler} {MARKERS[label]} {filler}", label, pillars))
+    return examples_frame(rows)
 
 
 def ddp_recipe(micro_batch_size: int | None = None, **changes) -> TrainRecipe:

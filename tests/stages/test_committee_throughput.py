@@ -13,6 +13,7 @@ import pytest
 from helpers.committee import EXPECTED, by_prompt, committee_pool, run_committee
 from helpers.fake_openai import FakeOpenAIServer, serving
 
+from guardpolicy import sqlite_store
 from guardpolicy.config.core import ParamsFile
 from guardpolicy.config.policies import POLICIES, CommitteeConfig
 from guardpolicy.errors import ConfigError
@@ -142,8 +143,8 @@ def test_a_429_with_an_http_date_retry_after_is_waited_for(
 
 
 def test_answers_are_committed_in_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(committee, "COMMIT_INTERVAL_S", 3600.0)
-    monkeypatch.setattr(committee, "COMMIT_EVERY", 4)
+    monkeypatch.setattr(sqlite_store, "COMMIT_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(sqlite_store, "COMMIT_EVERY", 4)
     cache = AnswerCache(tmp_path)
     other_process = sqlite3.connect(cache.path)
 

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-import guardpolicy.baselines.cache as cache_module
+from guardpolicy import sqlite_store
 from guardpolicy.baselines.adapters import GraniteGuardianAdapter, LlamaGuardAdapter, Qwen3GuardAdapter
 from guardpolicy.baselines.base import Decoding, Generation, GuardAdapter
 from guardpolicy.baselines.cache import BaselineCacheError, CachedBackend, GenerationCache, cache_key
@@ -183,8 +183,8 @@ def test_answers_handed_over_before_a_crash_are_kept_and_not_asked_again(tmp_pat
 
 
 def test_puts_are_committed_in_batches_and_on_flush(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache_module, "COMMIT_INTERVAL_S", 3600.0)
-    monkeypatch.setattr(cache_module, "COMMIT_EVERY", 3)
+    monkeypatch.setattr(sqlite_store, "COMMIT_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(sqlite_store, "COMMIT_EVERY", 3)
     cache = GenerationCache(tmp_path)
     reader = sqlite3.connect(cache.path)
 

@@ -8,7 +8,7 @@ of those inputs reruns the model.
 
 `CachedBackend` wraps any `base.Backend`: it looks every prompt up, sends only the misses to the wrapped
 backend in one batch (duplicates once), stores each answer as the backend hands it over (a server reply, a
-local batch; committed in batches of COMMIT_EVERY or every COMMIT_INTERVAL_S, as the committee's cache), and
+local batch; committed in batches, guardpolicy.sqlite_store, as the committee's cache), and
 returns one `Generation` per prompt in order. A killed run therefore keeps all but its last uncommitted batch,
 and the rerun sends only what is missing. It counts backend calls, prompts generated and cache hits.
 """
@@ -19,16 +19,13 @@ import dataclasses
 import hashlib
 import json
 import logging
-import sqlite3
-import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from guardpolicy.baselines.base import Backend, Decoding, Generation, GuardAdapter, PromptTokens
 from guardpolicy.errors import GuardpolicyError
-from guardpolicy.labeling.committee import BUSY_TIMEOUT_MS, COMMIT_EVERY, COMMIT_INTERVAL_S
+from guardpolicy.sqlite_store import BatchedTable
 
 log = logging.getLogger(__name__)
 
@@ -96,32 +93,23 @@ class GenerationCache:
     FILE_NAME = "generations.sqlite"
 
     def __init__(self, directory: str | Path) -> None:
-        self.path = Path(directory) / self.FILE_NAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+        self._table = BatchedTable(
+            Path(directory) / self.FILE_NAME,
+            "generations",
+            ("key", "model_id", "revision", "record"),
+            "key TEXT PRIMARY KEY, model_id TEXT NOT NULL, revision TEXT, record TEXT NOT NULL",
         )
-        self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS generations (key TEXT PRIMARY KEY, model_id TEXT NOT NULL, "
-            "revision TEXT, record TEXT NOT NULL)"
-        )
-        self._pending: list[tuple[str, str, str | None, str]] = []
-        self._last_commit = time.monotonic()
+        self.path = self._table.path
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
-        """The cached generations among `keys`; an unreadable entry is a miss (asked again, then replaced)."""
+        """The cached generations among `keys` (committed ones); an unreadable entry is a miss (asked again,
+        then replaced)."""
         wanted = list(dict.fromkeys(keys))
         found: dict[str, Generation] = {}
         for start in range(0, len(wanted), _LOOKUP_CHUNK):
             chunk = wanted[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
-            with self._lock:
-                rows = self._db.execute(
-                    f"SELECT key, record FROM generations WHERE key IN ({marks})", chunk
-                ).fetchall()
+            rows = self._table.query(f"SELECT key, record FROM generations WHERE key IN ({marks})", chunk)
             for key, text in rows:
                 try:
                     generation = _generation(json.loads(text))
@@ -140,43 +128,20 @@ class GenerationCache:
         self, items: Iterable[tuple[str, Generation]], *, model_id: str, revision: str | None
     ) -> None:
         """Store `items` and commit them (with anything pending) now."""
-        rows = [(key, model_id, revision, _record(generation)) for key, generation in items]
-        with self._lock:
-            self._pending += rows
-            self._commit()
+        self._table.add_now((key, model_id, revision, _record(generation)) for key, generation in items)
 
     def put(self, key: str, generation: Generation, *, model_id: str, revision: str | None) -> None:
-        """Store one answer; committed with its batch (COMMIT_EVERY answers or COMMIT_INTERVAL_S)."""
-        with self._lock:
-            self._pending.append((key, model_id, revision, _record(generation)))
-            due = time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S
-            if len(self._pending) >= COMMIT_EVERY or due:
-                self._commit()
+        """Store one answer; committed with its batch (guardpolicy.sqlite_store)."""
+        self._table.add((key, model_id, revision, _record(generation)))
 
     def flush(self) -> None:
-        with self._lock:
-            self._commit()
-
-    def _commit(self) -> None:
-        if self._pending:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(
-                "INSERT OR REPLACE INTO generations (key, model_id, revision, record) VALUES (?, ?, ?, ?)",
-                self._pending,
-            )
-            self._db.execute("COMMIT")
-            self._pending = []
-        self._last_commit = time.monotonic()
+        self._table.flush()
 
     def __len__(self) -> int:
-        with self._lock:
-            self._commit()
-            return int(self._db.execute("SELECT COUNT(*) FROM generations").fetchone()[0])
+        return len(self._table)
 
     def close(self) -> None:
-        with self._lock:
-            self._commit()
-            self._db.close()
+        self._table.close()
 
 
 @dataclasses.dataclass

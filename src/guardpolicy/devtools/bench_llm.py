@@ -44,11 +44,16 @@ OUT_FILE = "reports/bench/llm.json"
 SERVER_START_TIMEOUT_S = 60.0
 
 
+def pool_id(prompt: str) -> str:
+    """A toy pool id: "p_" and the first 16 hex digits of the prompt's sha1."""
+    return "p_" + hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:16]
+
+
 def pool_frame(rows: list[tuple[str, list[str], list[str], tuple[int, int] | None]]) -> pd.DataFrame:
     """A pool table (the columns a labeler reads) from (prompt, facts, pillars, span) rows, sorted by id."""
     frame = pd.DataFrame(
         {
-            "id": ["p_" + hashlib.sha1(p.encode("utf-8")).hexdigest()[:16] for p, *_ in rows],
+            "id": [pool_id(p) for p, *_ in rows],
             "prompt": [p for p, *_ in rows],
             "source": "toy",
             "sources": [["toy"] for _ in rows],

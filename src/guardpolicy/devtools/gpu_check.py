@@ -55,7 +55,6 @@ def synthetic_examples(count: int, words: int, seed: int) -> Any:
     """`count` prompts of `words` one-token words (longer than max_length, so every row is max_length tokens)
     with random labels; one row per example, the training loop's input format."""
     import numpy as np
-    import pandas as pd
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -63,21 +62,27 @@ def synthetic_examples(count: int, words: int, seed: int) -> Any:
         label = int(rng.integers(0, 4))
         pillars = [0] * 24
         pillars[int(rng.integers(0, 24))] = 1
-        rows.append(
-            {
-                "id": f"g{i:06d}",
-                "prompt": " ".join(rng.choice(WORDS, size=words)),
-                "coarse": label,
-                "pillars": pillars,
-                "span_start": None,
-                "span_end": None,
-                "teacher_logits": None,
-                "weight": 1.0,
-            }
-        )
-    frame = pd.DataFrame(rows)
-    frame["span_start"] = frame["span_start"].astype("Int64")
-    frame["span_end"] = frame["span_end"].astype("Int64")
+        rows.append((f"g{i:06d}", " ".join(rng.choice(WORDS, size=words)), label, pillars))
+    return examples_frame(rows)
+
+
+def examples_frame(rows: list[tuple[str, str, int, list[int]]]) -> Any:
+    """The training loop's examples table from (id, prompt, coarse class index, 24 pillar flags) rows: no
+    spans, no teacher logits, weight 1."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            "id": [row[0] for row in rows],
+            "prompt": [row[1] for row in rows],
+            "coarse": [row[2] for row in rows],
+            "pillars": [row[3] for row in rows],
+            "span_start": pd.array([None] * len(rows), dtype="Int64"),
+            "span_end": pd.array([None] * len(rows), dtype="Int64"),
+            "teacher_logits": [None] * len(rows),
+            "weight": [1.0] * len(rows),
+        }
+    )
     return frame
 
 

@@ -29,7 +29,6 @@ import logging
 import os
 import random
 import re
-import sqlite3
 import threading
 import time
 import urllib.parse
@@ -54,6 +53,7 @@ from guardpolicy.labeling.kappa import fleiss_kappa
 from guardpolicy.labeling.policy import Policy
 from guardpolicy.labeling.rules import pillars_for_class
 from guardpolicy.shared_cache import cache_folder
+from guardpolicy.sqlite_store import BatchedTable
 from guardpolicy.taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
@@ -83,13 +83,6 @@ TIE_RULE = "a round answers yes only with strictly more yes than no votes; a tie
 ANSWER_INSTRUCTION = "Answer with exactly one word: yes or no."
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 60.0
-# Answers are committed in batches (every COMMIT_EVERY answers or COMMIT_INTERVAL_S seconds, whichever
-# comes first): one commit per answer caps a run at a few hundred answers per second on a slow disk, and a
-# killed run loses at most one batch, which the rerun asks again.
-COMMIT_EVERY = 64
-COMMIT_INTERVAL_S = 1.0
-# How long a writer waits for another process's write lock on a shared cache file before failing.
-BUSY_TIMEOUT_MS = 60_000
 _LEADING_WORD = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 
 
@@ -169,73 +162,46 @@ class AnswerCache:
     """Answers in one SQLite file (`<dir>/answers.sqlite`), keyed by `cache_key`.
 
     One file rather than one per answer: a full study asks ~10^6 questions, and a directory of a million small
-    files is slow to list, copy and back up. WAL mode with a busy timeout lets several processes (queued
-    experiments, a second labelling stage) share the file on a local disk; SQLite's locking is not reliable on
-    network file systems (docs/queues.md). Answers are written as they arrive and committed in batches
-    (COMMIT_EVERY / COMMIT_INTERVAL_S) and on `flush` / `close`, so a killed run keeps all but the last batch.
+    files is slow to list, copy and back up. Shared by processes on a local disk and written in batches
+    (guardpolicy.sqlite_store), so a killed run keeps all but its last uncommitted batch.
     """
 
     FILE_NAME = "answers.sqlite"
 
     def __init__(self, directory: str | Path) -> None:
-        self.path = Path(directory) / self.FILE_NAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+        self._table = BatchedTable(
+            Path(directory) / self.FILE_NAME,
+            "answers",
+            ("key", "record"),
+            "key TEXT PRIMARY KEY, record TEXT NOT NULL",
         )
-        self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, record TEXT NOT NULL)")
-        self._pending: dict[str, str] = {}
-        self._last_commit = time.monotonic()
+        self.path = self._table.path
 
     def get(self, key: str) -> dict[str, Any] | None:
-        with self._lock:
-            text = self._pending.get(key)
-            if text is None:
-                row = self._db.execute("SELECT record FROM answers WHERE key = ?", (key,)).fetchone()
-                text = None if row is None else row[0]
-        if text is None:
+        row = self._table.pending(key)
+        if row is None:
+            rows = self._table.query("SELECT key, record FROM answers WHERE key = ?", (key,))
+            row = rows[0] if rows else None
+        if row is None:
             return None
         try:
-            record = json.loads(text)
+            record = json.loads(row[1])
         except json.JSONDecodeError:
             log.warning("committee cache %s: unreadable entry %s, asking again", self.path, key)
             return None
         return record if isinstance(record, dict) and "answer" in record else None
 
     def put(self, key: str, record: dict[str, Any]) -> None:
-        text = json.dumps(record, sort_keys=True)
-        with self._lock:
-            self._pending[key] = text
-            due = time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S
-            if len(self._pending) >= COMMIT_EVERY or due:
-                self._commit()
+        self._table.add((key, json.dumps(record, sort_keys=True)))
 
     def flush(self) -> None:
-        with self._lock:
-            self._commit()
-
-    def _commit(self) -> None:
-        if self._pending:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(
-                "INSERT OR REPLACE INTO answers (key, record) VALUES (?, ?)", list(self._pending.items())
-            )
-            self._db.execute("COMMIT")
-            self._pending.clear()
-        self._last_commit = time.monotonic()
+        self._table.flush()
 
     def __len__(self) -> int:
-        with self._lock:
-            self._commit()
-            return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
+        return len(self._table)
 
     def close(self) -> None:
-        with self._lock:
-            self._commit()
-            self._db.close()
+        self._table.close()
 
 
 def environment_proxy(url: str) -> str | None:

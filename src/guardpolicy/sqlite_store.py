@@ -1,0 +1,89 @@
+"""One SQLite table of answers, shared by processes and written in batches: the storage under the committee's
+answer cache and the baselines' raw-output cache.
+
+WAL mode with a busy timeout lets several processes (queued experiments, a second stage) share the file on a
+local disk (guardpolicy.shared_cache refuses network file systems). Rows are added as answers arrive and
+committed in batches - every COMMIT_EVERY rows or COMMIT_INTERVAL_S seconds, whichever comes first, and on
+`flush` / `close` - because one commit per answer caps a run at a few hundred answers per second on a slow
+disk; a killed run loses at most the last batch, which the rerun asks again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+COMMIT_EVERY = 64
+COMMIT_INTERVAL_S = 1.0
+# How long a writer waits for another process's write lock on the shared file before failing.
+BUSY_TIMEOUT_MS = 60_000
+
+
+class BatchedTable:
+    """Rows of one table keyed by their first column, `INSERT OR REPLACE`d in batches; thread-safe."""
+
+    def __init__(self, path: str | Path, table: str, columns: Sequence[str], schema: str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.table = table
+        self._insert = (
+            f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        )
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} ({schema})")
+        self._pending: dict[Any, tuple] = {}
+        self._last_commit = time.monotonic()
+
+    def pending(self, key: Any) -> tuple | None:
+        """The row added under `key` and not committed yet (this process's own), or None."""
+        with self._lock:
+            return self._pending.get(key)
+
+    def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, parameters).fetchall()
+
+    def add(self, row: tuple) -> None:
+        """Add one row; committed with its batch."""
+        with self._lock:
+            self._pending[row[0]] = row
+            due = time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S
+            if len(self._pending) >= COMMIT_EVERY or due:
+                self._commit()
+
+    def add_now(self, rows: Iterable[tuple]) -> None:
+        """Add `rows` and commit them, with anything pending, at once."""
+        with self._lock:
+            self._pending.update((row[0], row) for row in rows)
+            self._commit()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._commit()
+
+    def _commit(self) -> None:
+        if self._pending:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(self._insert, list(self._pending.values()))
+            self._db.execute("COMMIT")
+            self._pending.clear()
+        self._last_commit = time.monotonic()
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._commit()
+            return int(self._db.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._commit()
+            self._db.close()
