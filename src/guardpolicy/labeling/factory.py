@@ -2,8 +2,8 @@
 
 `policy_version` hashes the policy file's bytes with the canonical JSON of `labeler_config`, so labels change
 version when the constitution or anything that changes what the labeler answers changes. Settings that only
-change how the answers are fetched (committee endpoint, key variable, cache folder, timeout, concurrency)
-are left out: the same judges give the same labels through another URL or from the cache.
+change how the answers are fetched (committee endpoints, key variable, cache folder, timeout, the in-flight
+window, `use_n`) are left out: the same judges give the same labels through another URL or from the cache.
 """
 
 from __future__ import annotations
