@@ -87,6 +87,8 @@ def keyword_answer(messages: list[dict[str, str]]) -> bool:
 
 
 def judge_content(model: str, messages: list[dict[str, str]]) -> str:
+    if model.startswith("garbage"):  # garbage-judge, garbage-2-judge, ...: never a yes or a no
+        return "I would rather not say."
     says_yes = keyword_answer(messages)
     return {
         "keyword-judge": "Yes." if says_yes else "no",

@@ -39,15 +39,20 @@ def test_the_check_labels_scores_and_records_against_a_running_server(
     )
     assert json.loads(out.read_text()) == record
     committee = record["committee"]
-    assert (
-        committee["items"] == 8 and committee["answers"] == 8 * 2 * 2 * 2
-    )  # items x rounds x judges x samples
+    assert committee["items"] == 8 and committee["error"] is None
     assert committee["n_in_one_request"] is True  # the fake server honours n
-    assert committee["http_requests"] == 8 * 2 * 2
+    assert committee["http_requests"] == 8 * 2 * 2  # items x rounds x judges, n = 2 samples per request
+    assert sum(committee["labels"].values()) == 8
+    unsafe = committee["rounds"]["unsafe"]
+    assert unsafe["items_asked"] == unsafe["items_every_judge_answered"] == 8
     # The contrarian judge says the opposite of the keyword judge: perfect disagreement.
-    assert committee["fleiss_kappa"]["unsafe"] == -1.0
-    assert committee["yes_rate"]["keyword-judge"] + committee["yes_rate"]["contrarian-judge"] == 1.0
-    assert committee["unparseable_replies"] == committee["abstentions"] == 0
+    assert unsafe["fleiss_kappa"] == -1.0
+    keyword, contrarian = unsafe["judges"]["keyword-judge"], unsafe["judges"]["contrarian-judge"]
+    assert keyword["answers"] == contrarian["answers"] == 8 * 2
+    assert keyword["yes_rate"] + contrarian["yes_rate"] == 1.0
+    assert keyword["unparseable_replies"] == keyword["abstentions"] == 0
+    # A 1:1 split is a tie, and a tie answers no: every item went on to the boundary round.
+    assert set(committee["rounds"]) == {"unsafe", "boundary"}
     baseline = record["baseline"]
     assert baseline["prompts"] == 3 and baseline["http_requests"] == 3
     assert baseline["parse_status"] == {"ok": 3}
@@ -81,3 +86,30 @@ def test_a_prepared_model_samples_so_that_temperature_applies(tmp_path: Path) ->
     assert enable_sampling(tmp_path) is True
     assert GenerationConfig.from_pretrained(tmp_path).do_sample is True
     assert enable_sampling(tmp_path) is False  # already sampling: left as it is
+
+
+def test_a_committee_without_valid_votes_is_recorded_not_a_crash(
+    server: FakeOpenAIServer, pool_file: Path, tmp_path: Path
+) -> None:
+    record = live_llm_check(
+        base_url=server.base_url,
+        pool=str(pool_file),
+        prompts=5,
+        baseline_prompts=1,
+        judges="garbage-judge,garbage-2-judge",
+        guard_model="llama-guard",
+        out=str(tmp_path / "llm_live.json"),
+    )
+    committee = record["committee"]
+    assert "no valid vote for 5 item(s)" in committee["error"] and committee["labels"] == {}
+    unsafe = committee["rounds"]["unsafe"]
+    # Asked once and re-asked twice (max_retries 2) each, then an abstention.
+    assert unsafe["judges"]["garbage-judge"] == {
+        "answers": 5,
+        "unparseable_replies": 15,
+        "abstentions": 5,
+        "yes": 0,
+        "yes_rate": None,
+    }
+    assert unsafe["items_every_judge_answered"] == 0 and unsafe["fleiss_kappa"] is None
+    assert set(committee["rounds"]) == {"unsafe"}

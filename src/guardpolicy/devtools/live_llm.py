@@ -174,6 +174,8 @@ def sample_pool(pool_file: Path, prompts: int, seed: int) -> pd.DataFrame:
 def run_committee(
     base_url: str, judges: list[str], pool: pd.DataFrame, samples: int, max_in_flight: int, cache_dir: Path
 ) -> dict[str, Any]:
+    """Label `pool` with the committee; what it sent and what came back, read from its answer cache, so the
+    figures are there also when the labeler stops (an item with no valid vote is an error there)."""
     from guardpolicy.config.policies import CommitteeConfig, PolicyParams
     from guardpolicy.labeling import load_policy, make_labeler
     from guardpolicy.labeling.committee import CommitteeError
@@ -195,36 +197,87 @@ def run_committee(
         max_in_flight=max_in_flight,
         use_n="auto",
     )
-    labeler = make_labeler(
-        PolicyParams(file="unused", labeler="committee", committee=config), policy, taxonomy
-    )
+    params = PolicyParams(file="unused", labeler="committee", committee=config)
+    labeler = make_labeler(params, policy, taxonomy)
     started = time.perf_counter()
+    error = None
+    classes: dict[str, int] = {}
     try:
         result = labeler.label(pool, pool_file="live-llm-check sample")
+        classes = dict(Counter(result.frame["coarse"]))
     except CommitteeError as exc:
-        # A tiny model may leave an item without any valid vote; that is a finding, not a crash of the check.
-        return {"error": str(exc), "seconds": round(time.perf_counter() - started, 1)}
+        # A tiny model may leave an item without any valid vote: a finding of the check, not its crash.
+        error = str(exc)
     seconds = time.perf_counter() - started
-    report = result.report["committee"]
-    answers = sum(j["answers"] for j in report["judges"].values())
+    sent = labeler.requests_sent
     return {
         "judges": judges,
         "samples": samples,
         "items": len(pool),
-        "answers": answers,
-        "http_requests": report["http_requests"],
+        "http_requests": sent,
         "seconds": round(seconds, 1),
-        "requests_per_second": round(report["http_requests"] / seconds, 2),
-        "unparseable_replies": sum(j["garbage"] for j in report["judges"].values()),
-        "abstentions": sum(j["abstentions"] for j in report["judges"].values()),
-        "yes_rate": {
-            m: round(j["yes"] / j["answers"], 4) for m, j in report["judges"].items() if j["answers"]
-        },
-        "fleiss_kappa": {r: v["fleiss_kappa"] for r, v in report["rounds"].items()},
-        "rounds": report["rounds"],
-        "classes": dict(Counter(result.frame["coarse"])),
+        "requests_per_second": round(sent / seconds, 3),
         "n_in_one_request": not labeler._no_n,
+        "labels": classes,
+        "error": error,
+        "rounds": answer_statistics(labeler, pool, judges, samples),
     }
+
+
+def answer_statistics(labeler: Any, pool: pd.DataFrame, judges: list[str], samples: int) -> dict[str, Any]:
+    """Per round that was asked: per judge answers, unparseable replies, abstentions and yes rate; Fleiss'
+    kappa between the judges over the items every judge answered validly (a judge rates by its samples'
+    majority, as in the committee's report)."""
+    import numpy as np
+
+    from guardpolicy.labeling.committee import ROUNDS, YES, cache_key, judge_ratings
+    from guardpolicy.labeling.kappa import fleiss_kappa
+
+    rounds: dict[str, Any] = {}
+    for round_name in ROUNDS:
+        per_judge = {
+            judge: Counter(answers=0, unparseable_replies=0, abstentions=0, yes=0) for judge in judges
+        }
+        ratings = []
+        for prompt in pool["prompt"]:
+            votes: dict[str, list[str | None]] = {}
+            for judge in judges:
+                for sample in range(samples):
+                    key = cache_key(
+                        judge, round_name, sample, labeler.config.temperature, labeler.system, prompt
+                    )
+                    record = labeler.cache.get(key)
+                    if record is None:
+                        continue
+                    counts = per_judge[judge]
+                    counts["answers"] += 1
+                    counts["unparseable_replies"] += record["garbage"]
+                    counts["abstentions"] += record["answer"] is None
+                    counts["yes"] += record["answer"] == YES
+                    votes.setdefault(judge, []).append(record["answer"])
+            if votes:
+                ratings.append(judge_ratings(votes, judges))
+        asked = sum(c["answers"] for c in per_judge.values())
+        if not asked:
+            continue
+        table = np.array(ratings, dtype=int).reshape(-1, 2)
+        complete = table[table.sum(axis=1) == len(judges)]
+        kappa = fleiss_kappa(complete) if len(complete) else None
+        rounds[round_name] = {
+            "items_asked": len(ratings),
+            "items_every_judge_answered": len(complete),
+            "fleiss_kappa": None if kappa is None else round(kappa, 4),
+            "judges": {
+                judge: {
+                    **dict(counts),
+                    "yes_rate": round(counts["yes"] / (counts["answers"] - counts["abstentions"]), 4)
+                    if counts["answers"] > counts["abstentions"]
+                    else None,
+                }
+                for judge, counts in per_judge.items()
+            },
+        }
+    return rounds
 
 
 def run_baseline(
@@ -269,6 +322,7 @@ def live_llm_check(
     max_in_flight: int = 4,
     pool: str | None = None,
     seed: int = 0,
+    cache_dir: str | None = None,
     ready_timeout_s: float = 600.0,
     out: str = OUT_FILE,
 ) -> dict[str, Any]:
@@ -276,6 +330,8 @@ def live_llm_check(
 
     serve_cmd: the server's command line, `{port}` replaced by a free port (the server then runs at
     http://127.0.0.1:{port}/v1 and is stopped at the end); or base_url of a server already running.
+    cache_dir: keep the committee's answers there (a rerun asks only what is missing); default a fresh
+    temporary folder, so that the requests/s measure the server.
     """
     if (serve_cmd is None) == (base_url is None):
         raise ConfigError(
@@ -301,9 +357,8 @@ def live_llm_check(
         assert base_url is not None
         try:
             ready_s = wait_until_ready(base_url, ready_timeout_s, server, log_file)
-            committee = run_committee(
-                base_url, judge_names, sample, samples, max_in_flight, Path(folder) / "cache"
-            )
+            answers = Path(cache_dir) if cache_dir else Path(folder) / "cache"
+            committee = run_committee(base_url, judge_names, sample, samples, max_in_flight, answers)
             baseline = run_baseline(
                 base_url,
                 guard_model,
