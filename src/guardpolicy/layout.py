@@ -141,6 +141,12 @@ ARTIFACTS: Mapping[str, Artifact] = {
     "baseline_cache": Artifact(".cache/baselines", "open guards' raw outputs", dvc=False),
     "tune_work": Artifact(".cache/tune", "the tune study's runs", dvc=False),
     "tune_reports": Artifact("reports/tune", "the tune study's tables", dvc=False),
+    # Measured speeds (`make bench`, `make llm-check`, `make gpu-check`): written by hand-run commands.
+    "bench_llm": Artifact("reports/bench/llm.json", "LLM client requests/s, kill and resume", dvc=False),
+    "bench_llm_live": Artifact(
+        "reports/bench/llm_live.json", "the committee against a real server", dvc=False
+    ),
+    "bench_gpu_check": Artifact("reports/bench/gpu_check.json", "one branch's samples/s on a GPU", dvc=False),
 }
 
 

@@ -29,7 +29,7 @@ import requests
 
 from guardpolicy.config.policies import CommitteeConfig
 from guardpolicy.io import write_json
-from guardpolicy.layout import Layout
+from guardpolicy.layout import Layout, relative_path
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ MIN_REQUESTS = 100
 MAX_REQUESTS = 4000
 KILL_RESUME_ITEMS = 600
 KILL_RESUME_IN_FLIGHT = 16
-OUT_FILE = "reports/bench/llm.json"
+OUT_FILE = relative_path("bench_llm")
 SERVER_START_TIMEOUT_S = 60.0
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from guardpolicy.config.encoders import EncoderConfig
 from guardpolicy.errors import ConfigError, GuardpolicyError
 from guardpolicy.io import write_json
+from guardpolicy.layout import relative_path
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class DeviceUnavailable(GuardpolicyError):
     """gpu-check needs a CUDA GPU this machine does not have (one line, exit status 2)."""
 
 
-DEFAULT_OUT = "reports/bench/gpu_check.json"
+DEFAULT_OUT = relative_path("bench_gpu_check")
 PAPER_ENCODER = EncoderConfig(name="answerdotai/ModernBERT-base", random_init=True)
 # A ModernBERT small enough for a CPU test of the code path (same architecture, toy sizes).
 TINY_ENCODER = EncoderConfig(

