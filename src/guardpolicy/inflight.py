@@ -2,8 +2,8 @@
 
 An LLM engine (vLLM, an API) is fastest when it always has enough requests to batch; submitting in chunks
 that drain before the next one starts leaves it idle while the slowest request of each chunk finishes.
-Threads, not asyncio: the callers use `requests` sessions, and at a few hundred requests per second the GIL
-is not the limit (docs/llm-throughput.md has the measured ceiling).
+Threads, not asyncio: the callers use blocking urllib3 connection pools, and at a few hundred requests per
+second the GIL is not the limit (docs/llm-throughput.md has the measured ceiling).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ def bounded_map(
     """Yield (item, call(item)) in completion order, with at most `max_in_flight` calls running.
 
     Items are drawn lazily, so a million-item iterable never becomes a million futures. The first exception
-    stops the submission, cancels nothing already running (a request in flight cannot be recalled) but waits
-    for it, and is raised; what finished before it has been yielded, so the caller has stored it.
+    stops the submission but cancels nothing already running (a request in flight cannot be recalled): every
+    call that succeeds, before or after the failure, is still yielded - so that the caller stores what was
+    paid for - and then the first exception is raised.
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
@@ -42,13 +43,20 @@ def bounded_map(
                     return
                 pending[executor.submit(call, item)] = item
 
+        error: BaseException | None = None
         try:
             refill()
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     item = pending.pop(future)
-                    yield item, future.result()
+                    failure = future.exception()
+                    if failure is None:
+                        yield item, future.result()
+                    elif error is None:
+                        error, exhausted = failure, True
                 refill()
+            if error is not None:
+                raise error
         finally:
             exhausted = True  # a raised error (or a closed generator) submits nothing more

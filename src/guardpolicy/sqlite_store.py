@@ -3,16 +3,19 @@ answer cache and the baselines' raw-output cache.
 
 WAL mode with a busy timeout lets several processes (queued experiments, a second stage) share the file on a
 local disk (guardpolicy.shared_cache refuses network file systems). Rows are added as answers arrive and
-committed in batches - every COMMIT_EVERY rows or COMMIT_INTERVAL_S seconds, whichever comes first, and on
-`flush` / `close` - because one commit per answer caps a run at a few hundred answers per second on a slow
-disk; a killed run loses at most the last batch, which the rerun asks again.
+committed in batches - every COMMIT_EVERY rows, by a background thread once a row has waited COMMIT_INTERVAL_S
+seconds, and on `flush` / `close` - because one commit per answer caps a run at a few hundred answers per
+second on a slow disk; a killed run loses at most the rows of its last second (or batch), which the rerun asks
+again. Rows added together (`add_many`) are committed together: a resumed run never finds half of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,18 @@ class BatchedTable:
         self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} ({schema})")
         self._pending: dict[Any, tuple] = {}
         self._last_commit = time.monotonic()
+        # The interval is kept by a thread of its own, not checked on the next add: a backend that hands over
+        # a whole batch at once and then computes for minutes would otherwise leave that batch uncommitted.
+        # The thread holds only a weak reference, so a table nobody closes is still collected.
+        self._closed = threading.Event()
+        self._flusher = threading.Thread(
+            target=_commit_periodically,
+            args=(weakref.ref(self), self._closed),
+            name=f"sqlite-flush-{table}",
+            daemon=True,
+        )
+        self._flusher.start()
+        weakref.finalize(self, self._closed.set)
 
     def pending(self, key: Any) -> tuple | None:
         """The row added under `key` and not committed yet (this process's own), or None."""
@@ -54,8 +69,12 @@ class BatchedTable:
 
     def add(self, row: tuple) -> None:
         """Add one row; committed with its batch."""
+        self.add_many((row,))
+
+    def add_many(self, rows: Iterable[tuple]) -> None:
+        """Add `rows`; they are committed together, in one batch (never split across two commits)."""
         with self._lock:
-            self._pending[row[0]] = row
+            self._pending.update((row[0], row) for row in rows)
             due = time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S
             if len(self._pending) >= COMMIT_EVERY or due:
                 self._commit()
@@ -73,10 +92,27 @@ class BatchedTable:
     def _commit(self) -> None:
         if self._pending:
             self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(self._insert, list(self._pending.values()))
-            self._db.execute("COMMIT")
+            try:
+                self._db.executemany(self._insert, list(self._pending.values()))
+                self._db.execute("COMMIT")
+            except BaseException:
+                # Leave no transaction open: the next flush would otherwise fail with "cannot start a
+                # transaction within a transaction" and hide this error. The rows stay pending.
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise
             self._pending.clear()
         self._last_commit = time.monotonic()
+
+    def _commit_if_due(self) -> None:
+        with self._lock:
+            if self._closed.is_set():
+                return
+            if self._pending and time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S:
+                # A failure here (a lock held past the busy timeout, a full disk) keeps the rows pending; the
+                # next add, flush or close commits them again and raises the error to the caller.
+                with contextlib.suppress(sqlite3.Error):
+                    self._commit()
 
     def __len__(self) -> int:
         with self._lock:
@@ -84,6 +120,19 @@ class BatchedTable:
             return int(self._db.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0])
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
-            self._commit()
-            self._db.close()
+            try:
+                self._commit()
+            finally:
+                self._db.close()
+        self._flusher.join()
+
+
+def _commit_periodically(table_ref: weakref.ref[BatchedTable], closed: threading.Event) -> None:
+    while not closed.wait(COMMIT_INTERVAL_S / 2):
+        table = table_ref()
+        if table is None:
+            return
+        table._commit_if_due()
+        del table

@@ -47,7 +47,7 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.rate_limited_left = 0  # the next N requests to a `flaky-*` model get HTTP 429
         self.retry_after: str | None = None  # the Retry-After header of those 429s
-        self.n_support = "honour"  # honour | ignore | refuse
+        self.n_support = "honour"  # honour | ignore | refuse | empty (no choice at all when n > 1)
         self.latency_s = 0.0
         self.active = 0  # requests being answered now, and the most at once (in-flight windows)
         self.max_active = 0
@@ -212,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, json.dumps({"error": {"message": "n > 1 is not supported"}}).encode())
         elif model.endswith("-judge"):
             content = judge_content(model, request["messages"])
-            count = 1 if self.server.n_support == "ignore" else n
+            count = {"ignore": 1, "empty": 0 if n > 1 else 1}.get(self.server.n_support, n)
             message = {"role": "assistant", "content": content}
             choices = [{"index": i, "message": message} for i in range(count)]
             self._send(200, json.dumps({"choices": choices}).encode())

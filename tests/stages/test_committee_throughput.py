@@ -55,6 +55,47 @@ def test_auto_falls_back_to_one_request_per_sample(
     assert "asking one sample per request from now on" in caplog.text
 
 
+def test_a_reply_without_any_choice_for_n_falls_back_once_a_plain_request_is_answered(
+    server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.n_support = "empty"
+    result = run_committee(server, tmp_path, ["keyword-judge"], samples=2, use_n="auto", max_in_flight=1)
+    assert by_prompt(result)["coarse"].tolist() == list(EXPECTED.values())
+    assert len([r for r in server.requests if r.get("n") == 2]) == 1
+    assert "returned no choice for n=2; asking one sample per request from now on" in caplog.text
+
+
+def test_an_unknown_judge_is_an_error_and_not_taken_for_a_refusal_of_n(
+    server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A 404 for an unknown model looks like a server refusing `n`; only a plain request tells them apart.
+    with pytest.raises(CommitteeError, match="model missing-judge not found"):
+        run_committee(server, tmp_path, ["missing-judge"], samples=2, use_n="auto", max_in_flight=1)
+    assert [r.get("n") for r in server.requests[:2]] == [2, None]
+    assert "asking one sample per request" not in caplog.text
+
+
+def test_the_samples_of_one_request_are_committed_together(
+    server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With `n` the samples are the choices of one seeded request: a resumed run that found only some of them
+    # would draw the others from a different seed, so no commit may split them.
+    monkeypatch.setattr(sqlite_store, "COMMIT_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(sqlite_store, "COMMIT_EVERY", 1)
+    batches: list[int] = []
+    commit = sqlite_store.BatchedTable._commit
+
+    def counting_commit(self: sqlite_store.BatchedTable) -> None:
+        if self._pending:
+            batches.append(len(self._pending))
+        commit(self)
+
+    monkeypatch.setattr(sqlite_store.BatchedTable, "_commit", counting_commit)
+    run_committee(server, tmp_path, ["keyword-judge"], samples=3, use_n="auto", max_in_flight=1)
+    assert batches and sum(batches) == 4 * 2 * 3  # 4 items x 2 rounds x 3 samples
+    assert all(size % 3 == 0 for size in batches)
+
+
 def test_always_n_against_a_server_without_n_is_a_clear_error(
     server: FakeOpenAIServer, tmp_path: Path
 ) -> None:

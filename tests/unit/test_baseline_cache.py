@@ -182,6 +182,23 @@ def test_answers_handed_over_before_a_crash_are_kept_and_not_asked_again(tmp_pat
     assert [g.text.splitlines()[0] for g in out] == ["Safety: Controversial", *["Safety: Safe"] * 3]
 
 
+def test_a_backend_without_the_on_generation_callback_is_cached_all_the_same(tmp_path):
+    class ThirdParty(CountingBackend):
+        # An older or third-party backend: the Protocol's callback is not in its signature.
+        def generate(self, adapter, prompts, decoding):
+            return super().generate(adapter, prompts, decoding)
+
+    backend = ThirdParty()
+    first = CachedBackend(backend, GenerationCache(tmp_path)).generate(
+        Qwen3GuardAdapter(), PROMPTS, Decoding()
+    )
+    assert len(GenerationCache(tmp_path)) == 3
+    again = CachedBackend(backend, GenerationCache(tmp_path)).generate(
+        Qwen3GuardAdapter(), PROMPTS, Decoding()
+    )
+    assert len(backend.calls) == 1 and again == first
+
+
 def test_puts_are_committed_in_batches_and_on_flush(tmp_path, monkeypatch):
     monkeypatch.setattr(sqlite_store, "COMMIT_INTERVAL_S", 3600.0)
     monkeypatch.setattr(sqlite_store, "COMMIT_EVERY", 3)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import logging
 from collections.abc import Iterable
@@ -204,7 +205,10 @@ class CachedBackend:
                 self.cache.put(batch_keys[index], generation, model_id=self.model_id, revision=self.revision)
 
             try:
-                generations = self.backend.generate(adapter, batch, decoding, on_generation=store)
+                if _takes_on_generation(self.backend):
+                    generations = self.backend.generate(adapter, batch, decoding, on_generation=store)
+                else:
+                    generations = self.backend.generate(adapter, batch, decoding)
             finally:
                 # What arrived before a failure is kept for the rerun.
                 self.cache.flush()
@@ -216,7 +220,8 @@ class CachedBackend:
             self.stats.backend_calls += 1
             self.stats.prompts_generated += len(batch)
             fresh = dict(zip(batch_keys, generations, strict=True))
-            # A backend that never called `store` (an older or third-party one) still has its answers kept.
+            # A backend without `on_generation` (an older or third-party one) still has its answers kept,
+            # though only once its whole batch is done.
             self.cache.put_many(fresh.items(), model_id=self.model_id, revision=self.revision)
             found.update(fresh)
         log.info(
@@ -228,3 +233,14 @@ class CachedBackend:
             len(missing),
         )
         return [found[key] for key in keys]
+
+
+def _takes_on_generation(backend: Any) -> bool:
+    """Whether `backend.generate` accepts the `on_generation` callback (every backend of ours does)."""
+    try:
+        parameters = inspect.signature(backend.generate).parameters
+    except (TypeError, ValueError):
+        return True
+    return "on_generation" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )

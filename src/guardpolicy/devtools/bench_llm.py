@@ -230,7 +230,10 @@ def bench_llm(
         "what": "committee client requests/s against a fake OpenAI-compatible server in its own process",
         "latency_ms": latency_ms,
         "server": "aiohttp (guardpolicy.devtools.fake_llm_server), one process",
-        "client": "CommitteeLabeler: a requests.Session per thread, bounded in-flight window, SQLite cache",
+        "client": (
+            "CommitteeLabeler: urllib3 connection pool (a keep-alive connection per request in flight), "
+            "bounded in-flight window, batched SQLite cache"
+        ),
         "levels": rows,
         "kill_and_resume": resume,
         "cpu_affinity": len(os.sched_getaffinity(0)),

@@ -194,6 +194,10 @@ class AnswerCache:
     def put(self, key: str, record: dict[str, Any]) -> None:
         self._table.add((key, json.dumps(record, sort_keys=True)))
 
+    def put_many(self, records: dict[str, dict[str, Any]]) -> None:
+        """Store `records` (key -> record) so that they are committed together, never half of them."""
+        self._table.add_many((key, json.dumps(record, sort_keys=True)) for key, record in records.items())
+
     def flush(self) -> None:
         self._table.flush()
 
@@ -457,37 +461,52 @@ class CommitteeLabeler(Labeler):
         client = self.clients[request.model]
         messages = self._messages(request.round_name, prompt)
         first: dict[int, str | None] = {}
+        refusal = None
         if self._uses_n(client, len(request.samples)):
-            replies = self._ask_n(client, request, messages)
-            if replies is not None:
-                first = dict(zip(request.samples, replies, strict=False))
+            replies, refusal = self._ask_n(client, request, messages)
+            first = dict(zip(request.samples, replies, strict=False))
         records = {}
         for sample in request.samples:
-            record = self._settle(client, request, messages, sample, first)
-            self.cache.put(self._key(request.round_name, request.model, sample, prompt), record)
-            records[sample] = record
+            records[sample] = self._settle(client, request, messages, sample, first)
+            if refusal is not None:
+                # The same request without `n` was answered, so the refusal was about `n` (not a bad key,
+                # an unknown model or an over-long prompt, which fail this way too and stop the run).
+                self._give_up_n(client, refusal)
+                refusal = None
+        # The samples of one request are stored together: with `n` they are the choices of one seeded request,
+        # and a resumed run that found only some of them would draw the rest from another seed.
+        self.cache.put_many(
+            {self._key(request.round_name, request.model, s, prompt): r for s, r in records.items()}
+        )
         return records
 
-    def _ask_n(self, client: ChatClient, request: _Request, messages: list[dict[str, str]]) -> list | None:
-        """The replies of one request for all samples, or None when the endpoint does not do `n` (auto)."""
+    def _ask_n(
+        self, client: ChatClient, request: _Request, messages: list[dict[str, str]]
+    ) -> tuple[list, str | None]:
+        """The replies of one request for all samples (fewer when the endpoint ignores `n`, none when it
+        refused), and in `auto` mode why `n` should be given up once a request without it is answered."""
+        n = len(request.samples)
         body = self._body(request.model, messages, seed=request.samples[0])
-        body["n"] = len(request.samples)
+        body["n"] = n
         try:
             response = client.post(body)
         except CommitteeError as exc:
             if self.config.use_n == "auto" and 400 <= getattr(exc, "status", 0) < 500:
-                self._give_up_n(client, f"refused n={len(request.samples)} ({exc})")
-                return None
+                return [], f"refused n={n} ({exc})"
             raise
         replies = _reply_texts(response)
-        if len(replies) < len(request.samples):
+        if len(replies) < n:
             if self.config.use_n == "always":
                 raise CommitteeError(
-                    f"judge {request.model!r} at {client.url}: asked n={len(request.samples)}, got "
+                    f"judge {request.model!r} at {client.url}: asked n={n}, got "
                     f"{len(replies)} choice(s); set committee.use_n to auto or never"
                 )
-            self._give_up_n(client, f"returned {len(replies)} choice(s) for n={len(request.samples)}")
-        return replies
+            if replies:
+                # Some choices but not n: the server ignores `n` (transformers serve does).
+                self._give_up_n(client, f"returned {len(replies)} choice(s) for n={n}")
+            else:
+                return [], f"returned no choice for n={n}"
+        return replies, None
 
     def _settle(
         self,
