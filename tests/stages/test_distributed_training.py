@@ -4,6 +4,8 @@ states live in a memory-mapped float16 cache."""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import os
 import subprocess
@@ -17,7 +19,8 @@ from helpers.ddp_train import ddp_examples, ddp_recipe, run
 from helpers.encoders import TINY
 from safetensors.torch import load_file
 
-from guardpolicy.errors import ConfigError
+from guardpolicy.errors import ConfigError, InputError
+from guardpolicy.training.checkpoint import run_fingerprint
 from guardpolicy.training.distributed import rank_micro_batches
 from guardpolicy.training.frozen_states import FeatureCache
 from guardpolicy.training.loop import train
@@ -153,6 +156,42 @@ def test_feature_cache_is_a_memory_mapped_file_and_refuses_float16_overflow(tmp_
     half = FeatureCache(tmp_path / "features-y.bin", lengths, 4, "float16", create=True)
     with pytest.raises(ConfigError, match=r"feature_cache_dtype float16.*bfloat16 or float32"):
         half.write(0, torch.full((2, 4), 7e4))
+
+
+def test_a_full_disk_is_an_error_naming_the_cache_before_anything_is_mapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    path = tmp_path / "features-z.bin"
+    with pytest.raises(InputError, match=r"features-z\.bin.*cannot reserve .* GiB.*No space left"):
+        FeatureCache(path, np.array([2, 3]), 4, "float16", create=True)
+    assert not path.exists()
+
+
+def test_a_file_system_that_cannot_reserve_gets_a_sparse_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unsupported(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    cache = FeatureCache(tmp_path / "features-s.bin", np.array([2, 3]), 4, "float16", create=True)
+    cache.write(1, torch.ones(3, 4))
+    assert (tmp_path / "features-s.bin").stat().st_size == 5 * 4 * 2
+    assert torch.equal(cache[1], torch.ones(3, 4))
+
+
+def test_the_checkpoint_cadence_is_not_part_of_the_run_fingerprint() -> None:
+    # A run resumed with another cadence after a crash must find its saved state.
+    examples = ddp_examples()
+    recipe = ddp_recipe()
+    base = run_fingerprint(recipe, examples, TINY)
+    cadence = dataclasses.replace(recipe, checkpoint_every_steps=None, checkpoint_every_minutes=5.0)
+    assert run_fingerprint(cadence, examples, TINY) == base
+    assert run_fingerprint(dataclasses.replace(recipe, learning_rate=1.0), examples, TINY) != base
 
 
 def test_training_params_reach_the_recipe() -> None:

@@ -141,6 +141,16 @@ def test_unknown_key_is_rejected(tmp_path: Path, mutate: Callable, where: str, k
             "must be one of",
         ),
         (
+            lambda d: d["training"].update(feature_cache_dtype="fp16"),
+            "training.feature_cache_dtype",
+            "must be one of ['float16', 'bfloat16', 'float32'], got 'fp16'",
+        ),
+        (
+            lambda d: d["training"].update(attn_implementation="flash"),
+            "training.attn_implementation",
+            "must be one of ['sdpa', 'eager', 'flash_attention_2'], got 'flash'",
+        ),
+        (
             lambda d: d["profiles"]["smoke"]["large_encoder"].update(random_init="yes"),
             "smoke.large_encoder.random_init",
             "true",
@@ -173,6 +183,8 @@ def test_unknown_key_is_rejected(tmp_path: Path, mutate: Callable, where: str, k
         "str-for-seed",
         "list-for-seed",
         "bad-literal",
+        "bad-cache-dtype",
+        "bad-attention",
         "str-for-bool",
         "bool-for-optional-int",
         "list-for-section",

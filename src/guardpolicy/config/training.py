@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from guardpolicy.config.core import Section
 from guardpolicy.errors import ConfigError
+
+# dtype of the head-only runs' on-disk token-state cache (training.frozen_states.FeatureCache).
+FeatureCacheDtype = Literal["float16", "bfloat16", "float32"]
+FEATURE_CACHE_DTYPES: tuple[str, ...] = get_args(FeatureCacheDtype)
+# Attention kernels a run may ask the backbone for (None: whatever the backbone was built or saved with).
+AttnImplementation = Literal["sdpa", "eager", "flash_attention_2"]
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = get_args(AttnImplementation)
 
 
 @dataclass(frozen=True)
@@ -46,9 +54,9 @@ class TrainingConfig:
     # torch.compile the trained module (GPU runs; off keeps today's results).
     compile: bool = False
     # Backbone attention kernel: sdpa / eager / flash_attention_2 (needs flash-attn); null = as built/saved.
-    attn_implementation: str | None = None
+    attn_implementation: AttnImplementation | None = None
     # dtype of the head-only runs' memory-mapped token-state cache: float16 / bfloat16 / float32.
-    feature_cache_dtype: str = "float16"
+    feature_cache_dtype: FeatureCacheDtype = "float16"
     # Processes (GPUs) per training stage: > 1 re-runs the stage under `accelerate launch --num_processes N`.
     num_processes: int = 1
 

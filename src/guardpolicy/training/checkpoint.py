@@ -70,9 +70,15 @@ def init_digest(init: EncoderConfig | str | Path) -> dict[str, Any]:
     }
 
 
+# When the resumable state is saved changes nothing it holds: a run resumed with another cadence (say, minutes
+# instead of steps after a crash) must find its state, not start again from step 0.
+NOT_FINGERPRINTED = ("checkpoint_every_steps", "checkpoint_every_minutes")
+
+
 def run_fingerprint(recipe: Any, examples: pd.DataFrame, init: EncoderConfig | str | Path) -> str:
+    fields = {k: v for k, v in dataclasses.asdict(recipe).items() if k not in NOT_FINGERPRINTED}
     payload = {
-        "recipe": dataclasses.asdict(recipe),
+        "recipe": fields,
         "examples": examples_digest(examples),
         "init": init_digest(init),
     }

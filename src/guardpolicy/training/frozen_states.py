@@ -9,6 +9,8 @@ scale they are ~17 GB in fp32); the OS pages in the rows a batch reads.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +45,7 @@ class FeatureCache:
         size = int(self.offsets[-1]) * hidden
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "wb") as handle:
-                handle.truncate(size * _DTYPES[dtype].itemsize)
+            reserve(self.path, size * _DTYPES[dtype].itemsize)
         # shared=True maps the file itself: writes land on disk, reads page in on demand.
         self.flat = torch.from_file(str(self.path), shared=create, size=size, dtype=_DTYPES[dtype])
 
@@ -69,6 +70,27 @@ class FeatureCache:
         return self.flat[start:end].view(int(self.lengths[index]), self.hidden).float()  # [T_i, H]
 
 
+def reserve(path: Path, nbytes: int) -> None:
+    """Create `path` with `nbytes` allocated on disk. A sparse file would do until the disk filled up while
+    the memory map was being written - then the kernel kills the process with SIGBUS, naming nothing;
+    reserving the space first turns a full disk into an error here."""
+    with open(path, "wb") as handle:
+        try:
+            os.posix_fallocate(handle.fileno(), 0, nbytes)
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                handle.truncate(nbytes)  # a file system that cannot reserve: sparse, as before
+                return
+            handle.close()
+            path.unlink(missing_ok=True)
+            raise InputError(
+                path,
+                f"cannot reserve {nbytes / 2**30:.2f} GiB for the head-only token-state cache "
+                f"({os.strerror(exc.errno or 0)}); free space there, or use a smaller "
+                "training.feature_cache_dtype (float16 / bfloat16 halve float32)",
+            ) from exc
+
+
 def feature_cache_path(work_dir: Path, fingerprint: str) -> Path:
     return Path(work_dir) / f"{FEATURE_FILE_PREFIX}{fingerprint[:16]}.bin"
 
@@ -84,6 +106,7 @@ def top_token_states(
     prefix_rows: list[torch.Tensor],
     lengths: np.ndarray,
     batch_size: int,
+    device: DeviceChoice,
     description: str,
     cache: FeatureCache,
 ) -> FeatureCache:
@@ -99,7 +122,10 @@ def top_token_states(
         mask = torch.from_numpy(
             (np.arange(batch.shape[1])[None, :] < lengths[indices][:, None]).astype(np.int64)
         )
-        hidden = top(batch, mask)  # [B, T, H]
+        # The top sits on the run's device (a GPU); the prefix rows come from the CPU cache.
+        with device.autocast():
+            hidden = top(batch.to(device.device), mask.to(device.device))  # [B, T, H]
+        hidden = hidden.float().cpu()
         for row, index in enumerate(indices):
             cache.write(index, hidden[row, : lengths[index]])
     return cache

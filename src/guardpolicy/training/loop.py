@@ -222,6 +222,7 @@ def train(
                         prefix_rows,  # type: ignore[arg-type]
                         encoded.lengths,
                         recipe.batch_size,
+                        chosen,
                         description,
                         cache,
                     )

@@ -7,16 +7,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from guardpolicy.config.training import ATTN_IMPLEMENTATIONS, FEATURE_CACHE_DTYPES
 from guardpolicy.errors import ConfigError
 from guardpolicy.training.collate import check_truncation
 from guardpolicy.training.device import Precision
 from guardpolicy.training.losses import LossWeights
 
 Trainable = Literal["full", "encoder", "heads"]
-# dtype of the head-only runs' on-disk token-state cache (frozen_states.FeatureCache).
-FEATURE_CACHE_DTYPES = ("float16", "bfloat16", "float32")
-# Attention kernels a run may ask the backbone for (None: whatever the backbone was built or saved with).
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 
 
 @dataclass(frozen=True, kw_only=True)
