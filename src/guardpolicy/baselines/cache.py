@@ -26,7 +26,7 @@ from typing import Any
 
 from guardpolicy.baselines.base import Backend, Decoding, Generation, GuardAdapter, PromptTokens
 from guardpolicy.errors import GuardpolicyError
-from guardpolicy.sqlite_store import BatchedTable
+from guardpolicy.sqlite_store import BatchedTable, flushed_on_exit
 
 log = logging.getLogger(__name__)
 
@@ -204,14 +204,12 @@ class CachedBackend:
             def store(index: int, generation: Generation) -> None:
                 self.cache.put(batch_keys[index], generation, model_id=self.model_id, revision=self.revision)
 
-            try:
+            # What arrived before a failure is kept for the rerun.
+            with flushed_on_exit(self.cache):
                 if _takes_on_generation(self.backend):
                     generations = self.backend.generate(adapter, batch, decoding, on_generation=store)
                 else:
                     generations = self.backend.generate(adapter, batch, decoding)
-            finally:
-                # What arrived before a failure is kept for the rerun.
-                self.cache.flush()
             if len(generations) != len(batch):
                 raise BaselineCacheError(
                     f"backend {self.model_id!r} returned {len(generations)} generations "

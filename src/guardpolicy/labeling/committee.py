@@ -46,14 +46,14 @@ import urllib3
 from tqdm import tqdm
 
 from guardpolicy.config.policies import CommitteeConfig
-from guardpolicy.errors import GuardpolicyError
+from guardpolicy.errors import ConfigError, GuardpolicyError
 from guardpolicy.inflight import bounded_map
 from guardpolicy.labeling.base import Decision, Labeler, PoolRow
 from guardpolicy.labeling.kappa import fleiss_kappa
 from guardpolicy.labeling.policy import Policy
 from guardpolicy.labeling.rules import pillars_for_class
 from guardpolicy.shared_cache import cache_folder
-from guardpolicy.sqlite_store import BatchedTable
+from guardpolicy.sqlite_store import BatchedTable, flushed_on_exit
 from guardpolicy.taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,9 @@ TIE_RULE = "a round answers yes only with strictly more yes than no votes; a tie
 ANSWER_INSTRUCTION = "Answer with exactly one word: yes or no."
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 60.0
+# A server's Retry-After is obeyed as given up to this; a longer one (a daily quota, say) stops the run with
+# that wait named instead of sleeping for hours - the answers so far are cached, a later rerun asks the rest.
+MAX_RETRY_AFTER_S = 600.0
 _LEADING_WORD = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 
 
@@ -210,12 +213,31 @@ class AnswerCache:
 
 def environment_proxy(url: str) -> str | None:
     """The proxy the environment names for `url` (HTTPS_PROXY / HTTP_PROXY), or None (none set, or the host
-    is in NO_PROXY)."""
+    is in NO_PROXY). A proxy without a scheme ("proxy:3128") is http, as `requests` reads it."""
     parts = urllib.parse.urlsplit(url)
     proxy = urllib.request.getproxies().get(parts.scheme)
     if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
         return None
-    return proxy
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def proxy_pool(proxy: str, url: str, options: dict[str, Any]) -> urllib3.ProxyManager:
+    """urllib3's pool through `proxy`, with its user:password (if any) sent as Proxy-Authorization - urllib3
+    does not read credentials from the proxy URL, `requests` does."""
+    variable = f"{urllib.parse.urlsplit(url).scheme.upper()}_PROXY"
+    parts = urllib.parse.urlsplit(proxy)
+    headers = {}
+    if parts.username is not None:
+        credentials = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        headers = urllib3.make_headers(proxy_basic_auth=credentials)
+    try:
+        return urllib3.ProxyManager(proxy, proxy_headers=headers, **options)
+    except urllib3.exceptions.ProxySchemeUnknown as exc:
+        raise ConfigError(
+            # host:port only - the proxy URL may carry a password.
+            f"{variable}={parts.scheme}://{parts.hostname}:{parts.port}: only http:// and https:// proxies "
+            f"are supported ({exc}); add the LLM server's host to NO_PROXY to bypass it"
+        ) from exc
 
 
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
@@ -238,11 +260,12 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
 
 
 def backoff_delay(attempt: int, base_s: float, retry_after: float | None, rng: random.Random) -> float:
-    """Seconds before retry `attempt` (0-based): the server's Retry-After when it gave one, else "full jitter"
-    exponential backoff (uniform in [0, base * 2^attempt]) so that many clients refused together do not all
-    come back together; capped at MAX_BACKOFF_S."""
+    """Seconds before retry `attempt` (0-based): the server's Retry-After as given when it sent one (coming
+    back earlier only earns another refusal), else "full jitter" exponential backoff (uniform in
+    [0, base * 2^attempt], capped at MAX_BACKOFF_S) so that many clients refused together do not all come
+    back together."""
     if retry_after is not None:
-        return min(retry_after, MAX_BACKOFF_S)
+        return retry_after
     return rng.uniform(0.0, min(base_s * 2**attempt, MAX_BACKOFF_S))
 
 
@@ -295,15 +318,20 @@ class ChatClient:
         # environment (HTTPS_PROXY / HTTP_PROXY, not for a NO_PROXY host) is used as `requests` would.
         options = {"maxsize": max_connections, "retries": False, "timeout": urllib3.Timeout(total=timeout_s)}
         proxy = environment_proxy(self.url)
-        self._pool = urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
+        self._pool = proxy_pool(proxy, self.url, options) if proxy else urllib3.PoolManager(**options)
         self._count_lock = threading.Lock()
         # Every POST sent, retries included (a report statistic; a cached rerun sends none).
         self.requests_sent = 0
         # Jitter only spreads retries in time; it never changes an answer, so it needs no seed.
         self._jitter = random.Random()
 
-    def _wait(self, attempt: int, reply: Reply | None) -> None:
+    def _wait(self, attempt: int, reply: Reply | None, who: str, problem: str) -> None:
         retry_after = retry_after_seconds(reply.headers.get("Retry-After")) if reply is not None else None
+        if retry_after is not None and retry_after > MAX_RETRY_AFTER_S:
+            raise self.error(
+                f"{who}: {problem}; the server asks to wait {retry_after:.0f} s (Retry-After), more than "
+                f"{MAX_RETRY_AFTER_S:.0f} s: rerun later (the answers so far are cached)"
+            )
         with self._count_lock:
             delay = backoff_delay(attempt, self.backoff_s, retry_after, self._jitter)
         time.sleep(delay)
@@ -348,7 +376,7 @@ class ChatClient:
                 log.warning(
                     "%s %s: %s; retry %d/%d", self.role, body["model"], problem, attempt + 1, self.max_retries
                 )
-                self._wait(attempt, reply)
+                self._wait(attempt, reply, who, problem)
         raise self.error(f"{who}: {problem} after {self.max_retries} retries")
 
 
@@ -465,19 +493,23 @@ class CommitteeLabeler(Labeler):
         if self._uses_n(client, len(request.samples)):
             replies, refusal = self._ask_n(client, request, messages)
             first = dict(zip(request.samples, replies, strict=False))
-        records = {}
-        for sample in request.samples:
-            records[sample] = self._settle(client, request, messages, sample, first)
-            if refusal is not None:
-                # The same request without `n` was answered, so the refusal was about `n` (not a bad key,
-                # an unknown model or an over-long prompt, which fail this way too and stop the run).
-                self._give_up_n(client, refusal)
-                refusal = None
-        # The samples of one request are stored together: with `n` they are the choices of one seeded request,
-        # and a resumed run that found only some of them would draw the rest from another seed.
-        self.cache.put_many(
-            {self._key(request.round_name, request.model, s, prompt): r for s, r in records.items()}
-        )
+        records: dict[int, dict[str, Any]] = {}
+        try:
+            for sample in request.samples:
+                records[sample] = self._settle(client, request, messages, sample, first)
+                if refusal is not None:
+                    # The same request without `n` was answered, so the refusal was about `n` (not a bad key,
+                    # an unknown model or an over-long prompt, which fail this way too and stop the run).
+                    self._give_up_n(client, refusal)
+                    refusal = None
+        finally:
+            # The samples of one request are stored together: with `n` they are the choices of one seeded
+            # request, and a resumed run that found only some of them would draw the rest from another seed.
+            # Samples asked one per request are kept when a later one fails: they were paid for.
+            if len(records) == len(request.samples) or not first:
+                self.cache.put_many(
+                    {self._key(request.round_name, request.model, s, prompt): r for s, r in records.items()}
+                )
         return records
 
     def _ask_n(
@@ -578,21 +610,21 @@ class CommitteeLabeler(Labeler):
                 len(requests_),
                 self.config.max_in_flight,
             )
-        try:
-            with tqdm(total=len(tasks), initial=len(results), desc=label, unit="answer") as bar:
-                asked = bounded_map(
-                    lambda request: self._ask(request, rows[request.item].prompt),
-                    requests_,
-                    self.config.max_in_flight,
-                )
-                for request, records in asked:
-                    for sample, record in records.items():
-                        task = _Task(request.round_name, request.item, request.model, sample)
-                        results[task] = (record, False)
-                    bar.update(len(records))
-        finally:
-            # Whatever arrived is kept, also when a judge's endpoint finally failed.
-            self.cache.flush()
+        # Whatever arrived is kept, also when a judge's endpoint finally failed.
+        with (
+            flushed_on_exit(self.cache),
+            tqdm(total=len(tasks), initial=len(results), desc=label, unit="answer") as bar,
+        ):
+            asked = bounded_map(
+                lambda request: self._ask(request, rows[request.item].prompt),
+                requests_,
+                self.config.max_in_flight,
+            )
+            for request, records in asked:
+                for sample, record in records.items():
+                    task = _Task(request.round_name, request.item, request.model, sample)
+                    results[task] = (record, False)
+                bar.update(len(records))
         return results
 
     def decide(
