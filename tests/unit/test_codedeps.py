@@ -191,6 +191,10 @@ SHARED_SCHEMA_USERS = {
     # The server backend's HTTP client is the committee's (guardpolicy.labeling.committee), and importing
     # the labeling package loads its labeler factory, which takes a policy's params; score reads none.
     (f"{CONFIG}/policies.py", "score"),
+    # timings' speed probe trains through guardpolicy.training, whose TrainRecipe takes its allowed
+    # feature-cache dtypes and attention kernels from the `training` schema's types; it reads no `training`
+    # params (the probe's recipe is fixed, profiles.<profile>.speed_probe_samples its only knob).
+    (f"{CONFIG}/training.py", "timings"),
 }
 
 
