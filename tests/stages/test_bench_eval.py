@@ -9,7 +9,13 @@ import pytest
 from helpers.encoders import tiny_guard
 
 from guardpolicy.errors import InputError
-from guardpolicy.evaluation.bench import bench_eval, bench_prompts, measure_eval_throughput
+from guardpolicy.evaluation.bench import (
+    _classification_pipeline,
+    bench_eval,
+    bench_prompts,
+    measure_eval_throughput,
+)
+from guardpolicy.evaluation.scoring import encode
 from guardpolicy.modeling.guard import save_guard
 
 
@@ -41,6 +47,36 @@ def test_bench_eval_reports_both_rates_on_a_tiny_model(tmp_path) -> None:
     rates = re.findall(r"^\s+(ours|pipeline)\s+([\d.]+) samples/s$", text, flags=re.MULTILINE)
     assert [name for name, _ in rates] == ["ours", "pipeline"] and all(float(v) > 0 for _, v in rates)
     assert "ratio" in text
+
+
+@pytest.mark.parametrize("truncation, head_tokens", [("head_tail", 4), ("tail", None), ("head", None)])
+def test_pipeline_reads_the_tokens_the_guard_was_trained_to_read(tmp_path, truncation, head_tokens) -> None:
+    """A guard trained on both ends (or the tail) of long prompts: the pipeline must classify those tokens,
+    not the tokenizer's head cut, or the two paths compare different inputs (and disagree)."""
+    model, tokenizer = tiny_guard(seed=7)
+    model.config.truncation, model.config.truncation_head_tokens = truncation, head_tokens
+    save_guard(model, tokenizer, tmp_path / "guard")
+    prompts, _ = bench_prompts(tmp_path / "no-benchmarks", samples=24, seed=3)
+    max_length = 12
+    pipe, _ = _classification_pipeline(model, tokenizer, batch_size=8, max_length=max_length)
+    encoded = encode(
+        tokenizer, prompts, max_length, with_offsets=False, truncation=truncation, head_tokens=head_tokens
+    )
+    assert (encoded.n_tokens > max_length).sum() > 10  # most prompts are cut, so the cut matters
+    for prompt, ours in zip(prompts, encoded.input_ids, strict=True):
+        # As the pipeline calls it: with its tokenizer settings (truncation=True, max_length).
+        read = pipe.preprocess(prompt, **pipe._preprocess_params)["input_ids"][0]
+        assert read.tolist() == ours.tolist()
+    report = measure_eval_throughput(
+        model_dir=str(tmp_path / "guard"),
+        samples=24,
+        batch_size=8,
+        max_length=max_length,
+        threads=1,
+        benchmarks_dir=str(tmp_path / "no-benchmarks"),
+        warmup_batches=1,
+    )
+    assert report["truncation"] == {"truncation": truncation, "head_tokens": head_tokens}
 
 
 def test_speed_probe_times_our_loop_alone_on_pool_prompts(tmp_path, capsys) -> None:

@@ -10,6 +10,10 @@ length and thread count, on CPU:
   ``logits``, so the pipeline class is the stock TextClassificationPipeline with a ``_forward`` that hands on
   only the class logits (which also spares it unbatching the other heads' outputs - it can only be faster
   than a model that also returned them); ``id2label`` is set on the in-memory config for its labels.
+  A tokenizer can only cut a prompt's end, so for a guard trained to read its tail or both ends (config
+  ``truncation``: tail / head_tail) the pipeline's ``preprocess`` cuts each prompt as training did
+  (`tokenize_truncated`, one prompt per call like the stock preprocess); otherwise the two paths would
+  classify different tokens of every long prompt.
 
 Prompts: real benchmark prompts (a seeded sample of data/benchmarks/*.parquet) when present, else a
 deterministic synthetic set of varied lengths. Each path first runs `warmup_batches` batches untimed (kernel
@@ -88,11 +92,24 @@ def _load_bench_model(model_dir: str | None, seed: int) -> tuple[Any, Any, str]:
 
 
 def _classification_pipeline(model: Any, tokenizer: Any, batch_size: int, max_length: int) -> Any:
+    import torch
     from transformers import logging as transformers_logging
     from transformers import pipeline
     from transformers.pipelines import TextClassificationPipeline
 
+    from guardpolicy.evaluation.scoring import model_truncation
+    from guardpolicy.training.collate import tokenize_truncated
+
+    truncation = model_truncation(model)
+
     class GuardClassificationPipeline(TextClassificationPipeline):
+        def preprocess(self, inputs: Any, **tokenizer_kwargs: Any) -> dict[str, Any]:
+            if truncation["truncation"] == "head":
+                return super().preprocess(inputs, **tokenizer_kwargs)
+            ids = tokenize_truncated(self.tokenizer, [inputs], max_length, **truncation).input_ids[0]
+            input_ids = torch.as_tensor(ids).unsqueeze(0)  # [1, T]
+            return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
         def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
             return {"logits": super()._forward(model_inputs).coarse_logits}  # [B, C]
 
@@ -131,7 +148,7 @@ def measure_eval_throughput(
     """Time both paths on the same prompts; return the rates, their ratio and the agreement."""
     import torch
 
-    from guardpolicy.evaluation.scoring import run_guard
+    from guardpolicy.evaluation.scoring import model_truncation, run_guard
     from guardpolicy.training.bench import ForeignCpuMeter
     from guardpolicy.training.device import choose_device
 
@@ -192,6 +209,7 @@ def measure_eval_throughput(
         "samples": len(prompts),
         "batch_size": batch_size,
         "max_length": max_length,
+        "truncation": model_truncation(model),
         "threads": threads,
         "warmup_batches": warmup_batches,
         "ours_samples_per_second": round(rates["ours"], 2),
