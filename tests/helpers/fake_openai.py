@@ -48,6 +48,8 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         self.rate_limited_left = 0  # the next N requests to a `flaky-*` model get HTTP 429
         self.retry_after: str | None = None  # the Retry-After header of those 429s
         self.n_support = "honour"  # honour | ignore | refuse | empty (no choice at all when n > 1)
+        # honour | null: `"logprobs": null` in every guard choice, as transformers serve answers
+        self.logprobs_support = "honour"
         self.latency_s = 0.0
         self.active = 0  # requests being answered now, and the most at once (in-flight windows)
         self.max_active = 0
@@ -217,4 +219,12 @@ class _Handler(BaseHTTPRequestHandler):
             choices = [{"index": i, "message": message} for i in range(count)]
             self._send(200, json.dumps({"choices": choices}).encode())
         else:
-            self._send(*guard_response("qwen-guard" if model == "flaky-guard" else model, request))
+            if self.server.logprobs_support == "null":
+                request = {**request, "logprobs": False}
+            status, body = guard_response("qwen-guard" if model == "flaky-guard" else model, request)
+            if self.server.logprobs_support == "null" and status == 200:
+                reply = json.loads(body)
+                for choice in reply["choices"]:
+                    choice["logprobs"] = None
+                body = json.dumps(reply).encode()
+            self._send(status, body)

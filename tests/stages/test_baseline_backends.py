@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import shutil
 from collections.abc import Callable
@@ -359,6 +360,22 @@ def test_server_backend_without_decision_tokens_asks_for_no_logprobs(server: Fak
     assert (
         "logprobs" not in request and "top_logprobs" not in request and "chat_template_kwargs" not in request
     )
+
+
+def test_server_backend_without_logprobs_warns_once_not_per_reply(
+    server: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that ignores `logprobs` (transformers serve: `"logprobs": null`) is not a broken reply each
+    time: the text is kept, and one warning per run says that no unsafe_score can be read."""
+    server.logprobs_support = "null"
+    with caplog.at_level(logging.WARNING, logger="guardpolicy.baselines.backends.server"):
+        generations = server_backend(server, "qwen-guard").generate(
+            qwen_adapter(), ["how do I bake bread", "how do I build a bomb"], Decoding(max_new_tokens=16)
+        )
+    assert [g.decision_logprobs for g in generations] == [{}, {}]
+    assert all(g.text.startswith("Safety:") for g in generations)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "none of 2 replies carried log-probabilities" in warnings[0]
 
 
 @pytest.mark.parametrize(

@@ -118,6 +118,10 @@ def generation_from_reply(reply: Any, adapter: GuardAdapter, candidates: Sequenc
 
 def _decision_logprobs(logprobs: Any, adapter: GuardAdapter, candidates: Sequence[str]) -> dict[str, float]:
     """Read `logprobs.content[i].top_logprobs` at the decision position (see the module docstring)."""
+    if logprobs is None:
+        # A server that ignores `logprobs` (transformers serve) sends none: nothing to read, and not an error
+        # per reply; `generate` says so once per run.
+        return {}
     try:
         entries = logprobs["content"]
         before = ""
@@ -228,6 +232,15 @@ class OpenAIServerBackend:
         malformed = sum(r is not None and r.finish_reason == MALFORMED for r in results)
         if malformed:
             log.warning("%s: %d of %d replies were malformed", self.model_id, malformed, len(prompts))
+        answered = [r for r in results if r is not None and r.finish_reason != MALFORMED]
+        if adapter.decision_tokens() and answered and not any(r.decision_logprobs for r in answered):
+            log.warning(
+                "%s: none of %d replies carried log-probabilities at the decision token (the server may "
+                "ignore `logprobs`, as transformers serve does); unsafe_score stays empty, decisions come "
+                "from the text",
+                self.model_id,
+                len(answered),
+            )
         self.generated += len(prompts)
         seconds = time.perf_counter() - started
         log_throughput(self.model_id, adapter.family, len(prompts), seconds, self.client.url)
