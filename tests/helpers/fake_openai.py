@@ -167,7 +167,17 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep the test output clean
         pass
 
+    def _release(self) -> None:
+        """This request stops counting as in flight. Called before its answer is written: the client frees
+        its slot only after reading the answer, so a next request can never find this one still counted
+        (counting until the handler returned let `max_active` exceed the client's window by a race)."""
+        if getattr(self, "_in_flight", False):
+            self._in_flight = False
+            with self.server.lock:
+                self.server.active -= 1
+
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self._release()
         self.send_response(status)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -195,13 +205,13 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.active += 1
             self.server.max_active = max(self.server.max_active, self.server.active)
+        self._in_flight = True
         try:
             if self.server.latency_s:
                 time.sleep(self.server.latency_s)
             self._answer(request, model, rate_limited)
         finally:
-            with self.server.lock:
-                self.server.active -= 1
+            self._release()
 
     def _answer(self, request: dict[str, Any], model: str, rate_limited: bool) -> None:
         n = int(request.get("n") or 1)
