@@ -229,8 +229,6 @@ class _Handler(BaseHTTPRequestHandler):
             choices = [{"index": i, "message": message} for i in range(count)]
             self._send(200, json.dumps({"choices": choices}).encode())
         else:
-            if self.server.logprobs_support == "null":
-                request = {**request, "logprobs": False}
             status, body = guard_response("qwen-guard" if model == "flaky-guard" else model, request)
             if self.server.logprobs_support == "null" and status == 200:
                 reply = json.loads(body)
