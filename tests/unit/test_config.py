@@ -346,6 +346,7 @@ def test_active_profile_names_an_unknown_profile(tmp_path: Path) -> None:
         ("noise_floor", "branches"),
         ("noise_floor", "scales"),
         ("analysis", "rank_direction"),
+        ("analysis", "primary_view"),
         ("profiles.default", "truncation"),
         ("profiles.default", "truncation_head_tokens"),
         ("profiles.default", "speed_probe_samples"),

@@ -8,6 +8,10 @@ from typing import Literal
 from guardpolicy.config.core import Section
 from guardpolicy.errors import ConfigError
 
+# The three views of every score (guardpolicy.analysis.views): each model's own decisions; every model at the
+# threshold that flags `matched_over_ref` of the reference prompts; threshold-free, the AUROC against them.
+View = Literal["own", "matched", "ranked"]
+
 
 @dataclass(frozen=True)
 class LoadConfig:
@@ -120,8 +124,13 @@ class AnalysisConfig:
     # two-sided).
     rank_direction: dict[str, dict[str, Literal["top", "bottom"]]] = field(kw_only=True)
     # CAP at a matched over-refusal: each model's threshold is set where it flags this share of the
-    # calibration split's prompts that every policy labels safe (baselines.match_threshold).
+    # calibration split's prompts that every policy labels safe (baselines.match_threshold). The matched
+    # view reads every benchmark at that threshold.
     matched_over_ref: float = 0.05
+    # The view that leads the report's Reading and whose targets count; the other two stand beside it. A
+    # decision fixed before the benchmark numbers are read, so no default: params.yaml's value is the only
+    # one.
+    primary_view: View = field(kw_only=True)
     competence: CompetenceConfig = field(default_factory=CompetenceConfig)
     targets: TargetsConfig = field(default_factory=TargetsConfig)
     # The score a mixed benchmark's span is measured on (single-class sets: harmful cap, benign over_ref).
