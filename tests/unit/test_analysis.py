@@ -42,6 +42,7 @@ from guardpolicy.analysis.scores import (
 from guardpolicy.analysis.sensitivity import compute_spans
 from guardpolicy.analysis.span_tables import SPAN_SCALE_COLUMNS, noise_floor_table, span_table
 from guardpolicy.analysis.stats import percentile_interval
+from guardpolicy.analysis.views import BASE_RATE_COLUMNS, VIEW_SCORE_COLUMNS
 from guardpolicy.analysis.xstest import pair_consistency, type_over_refusal
 from guardpolicy.config.analysis import LoadConfig
 from guardpolicy.config.params import load_params
@@ -506,12 +507,12 @@ EXPECTED_FILES = {
     "benchmarks.csv": "benchmark,subset,role,n_items,n_unsafe,n_safe,n_scored,small_set",
     "scores.csv": "model,kind,scale,branch,seed,recipe,benchmark,subset,mapping,metric,value,ci_low,ci_high,"
     "interval,n",
-    "span.csv": "benchmark,subset,mapping,load,study_load,swing,primary_metric,delta,delta_ci_low,"
+    "span.csv": "benchmark,subset,mapping,view,load,study_load,swing,primary_metric,delta,delta_ci_low,"
     "delta_ci_high,range_large,range_small,phi,phi_ci_low,phi_ci_high,phi_max,n_recipes",
     "span_scale.csv": ",".join(SPAN_SCALE_COLUMNS),
-    "noise_floor.csv": "recipe,scale,benchmark,subset,mapping,seeds,spread,ci_low,ci_high",
-    "swing_vs_span.csv": "scale,n_benchmarks,benchmarks,rho,p_value,ci_low,ci_high,swing_resampled,note",
-    "rank_test.csv": "benchmark,scale,subset,mapping,set_name,k,n,direction,extreme,p_value,null_probability,"
+    "noise_floor.csv": "recipe,scale,benchmark,subset,mapping,view,seeds,spread,ci_low,ci_high",
+    "swing_vs_span.csv": "view,scale,n_benchmarks,benchmarks,rho,p_value,ci_low,ci_high,swing_resampled,note",
+    "rank_test.csv": "benchmark,scale,subset,mapping,view,set_name,k,n,direction,extreme,p_value,null_probability,"
     "hit,stability",
     "correlations.csv": "scale,val_policy,grouping,load,target,rho,p_value,n_models,note",
     "headline.csv": ",".join(HEADLINE_COLUMNS),
@@ -522,6 +523,8 @@ EXPECTED_FILES = {
     "mapping_vs_retraining.csv": ",".join(LEVER_COLUMNS),
     "xstest.csv": "model,subset,xstest_type,n,over_ref,ci_low,ci_high",
     "xstest_pairs.csv": "model,subset,pairs,consistent,consistency,ci_low,ci_high",
+    "view_scores.csv": ",".join(VIEW_SCORE_COLUMNS),
+    "base_rate.csv": ",".join(BASE_RATE_COLUMNS),
 }
 
 
@@ -586,6 +589,7 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
         "over_refusal",
         "copyright_phi",
         "copyright_delta",
+        "copyright_per_scale",
         "agree_mean_delta",
         "swing_rho",
         "top_ranks",
@@ -593,6 +597,44 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
     # The capture target's set (advbench, set above) was evaluated; the synthetic skill misses the bar.
     assert written["targets"]["capture"]["status"] == "not met"
     assert all(entry["reading"] for entry in written["study"].values())
+    # The matched and ranked views carry the same verdict blocks; the ranked view has no rate targets.
+    assert written["primary_view"] == "matched" and set(written["views"]) == {"matched", "ranked"}
+    for view, block in written["views"].items():
+        assert set(block) == {
+            "span",
+            "copyright_vs_noise",
+            "load_contrast",
+            "load_contrast_study",
+            "agreed_spans",
+            "span_scale",
+            "swing_vs_span",
+            "rank_tests",
+            "rank_chance",
+            "targets",
+            "study",
+        }, view
+        assert set(block["span"]) == set(written["span"])
+    assert written["views"]["ranked"]["span"]["advbench"]["metric"] == "auroc"
+    assert written["views"]["matched"]["span"]["xstest"]["metric"] == "over_ref"
+    assert written["views"]["ranked"]["targets"]["capture"]["status"] == "not measured"
+    assert written["views"]["matched"]["targets"]["capture"]["status"] in ("met", "not met")
+    assert set(written["study_views"]) == set(written["study"])
+    for entry in written["study_views"].values():
+        assert entry["primary"] == entry["matched"]
+    assert written["base_rate"]["models"] == 10 and set(written["base_rate"]["cap_over_ref_r"]) == {
+        "own",
+        "matched",
+        "ranked",
+    }
+    views = pd.read_csv(out / "view_scores.csv")
+    # Every model's primary metric on 4 benchmarks and the 2 headline means, per subset, mapping and view.
+    assert len(views) == 13 * 6 * 2 * 2 * 3
+    assert views[views["view"] == "ranked"]["metric"].eq("auroc").all()
+    spans = pd.read_csv(out / "span.csv")
+    assert list(spans["view"].unique()) == ["own", "matched", "ranked"]
+    assert len(spans) == 3 * len(spans[spans["view"] == "own"])
+    base_rate = pd.read_csv(out / "base_rate.csv")
+    assert len(base_rate) == 13 * 2 and base_rate["matched_flag_rate"].between(0, 1).all()
 
     def no_number_lists(node: Any) -> None:
         if isinstance(node, dict):

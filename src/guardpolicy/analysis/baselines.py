@@ -30,6 +30,7 @@ from guardpolicy.analysis.matrices import (
 )
 from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL
 from guardpolicy.analysis.stats import wilson_interval
+from guardpolicy.analysis.views import weighted_match_threshold
 from guardpolicy.baselines import MODEL_PREFIX
 from guardpolicy.contracts.analysis import ANALYSIS_BASELINE_PARSE, ANALYSIS_CALIBRATION
 from guardpolicy.metrics import COPYRIGHT_BENCHMARK, applies, cap_rate, confusion, over_ref, over_ref_rate
@@ -88,20 +89,12 @@ def match_threshold(scores: np.ndarray, target: float) -> tuple[float, float]:
     """The threshold t (flag when score >= t) whose flag rate on `scores` [n] is closest to `target`.
 
     Only rates the scores can reach are possible (ties move together); of two equally close candidates the
-    higher threshold (fewer flags) wins. Returns (t, achieved rate); (NaN, NaN) without scores.
+    higher threshold (fewer flags) wins. Returns (t, achieved rate); (NaN, NaN) without scores. One row of
+    `views.weighted_match_threshold`, which the matched view runs on every resample of the reference.
     """
     scores = np.asarray(scores, dtype=np.float64)
-    scores = scores[np.isfinite(scores)]
-    if scores.size == 0 or not np.isfinite(target):
-        return float("nan"), float("nan")
-    # Candidates: every distinct score (flag it and everything above) and one above the maximum (flag none).
-    distinct = np.unique(scores)[::-1]  # [d] descending
-    candidates = np.r_[np.nextafter(distinct[0], np.inf), distinct]  # [d + 1]
-    # Flags at threshold v = the scores >= v, counted on the ascending negated scores in O(n log n).
-    flagged = np.searchsorted(np.sort(-scores), -distinct, side="right")  # [d]
-    rates = np.r_[0, flagged] / scores.size  # [d + 1]
-    best = int(np.argmin(np.abs(rates - target)))  # first = highest threshold among equally close ones
-    return float(candidates[best]), float(rates[best])
+    thresholds, rates = weighted_match_threshold(np.ones((1, scores.size)), scores, target)
+    return float(thresholds[0]), float(rates[0])
 
 
 def _rates(

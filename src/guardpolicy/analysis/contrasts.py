@@ -30,6 +30,7 @@ from guardpolicy.analysis.sensitivity import (
     finite,
     interval,
     spans_at,
+    spans_view,
 )
 from guardpolicy.analysis.stats import spearman
 from guardpolicy.contracts.analysis import ANALYSIS_SWING_VS_SPAN
@@ -205,7 +206,8 @@ def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def swing_vs_span_table(spans: Sequence[Span], subset: str, mapping: str, confidence: float) -> pd.DataFrame:
-    """swing_vs_span.csv: Spearman ρ across benchmarks between the fingerprint's swing and Δ_b.
+    """swing_vs_span.csv's rows of one view (the spans'): Spearman ρ across benchmarks between the
+    fingerprint's swing and Δ_b.
 
     One row for Δ_b (the mean over scales, scale `all`) and one per scale (that scale's range). p is
     scipy's; the interval is the percentile interval of ρ recomputed on every joint bootstrap replicate of
@@ -214,6 +216,7 @@ def swing_vs_span_table(spans: Sequence[Span], subset: str, mapping: str, confid
     from our models. Benchmarks without a swing or a span are left out.
     """
     chosen = spans_at(spans, subset, mapping)
+    view = spans_view(spans)
     with_swing = sorted(b for b, s in chosen.items() if s.swing is not None)
     scales = sorted({scale for s in chosen.values() for scale in s.ranges})
     views: list[tuple[str, dict[str, tuple[float, np.ndarray | None]]]] = [
@@ -242,6 +245,7 @@ def swing_vs_span_table(spans: Sequence[Span], subset: str, mapping: str, confid
                 low, high = interval(_spearman_rows(swing, draws[usable]), confidence)
         rows.append(
             {
+                "view": view,
                 "scale": scale,
                 "n_benchmarks": test.n,
                 "benchmarks": ",".join(members),

@@ -71,6 +71,9 @@ class DatasetMatrix:
     # Split rows only: mapping -> [n] bool, every policy's gold label is safe under that mapping (the
     # held-out benign items the calibrated comparison matches over-refusal on). None when not computed.
     safe_everywhere: dict[str, np.ndarray] | None = None
+    # Split rows only: mapping -> [n] bool, every policy's gold label is unsafe under that mapping (the
+    # agreed-unsafe reference of the ranked view's benign sets). None when not computed.
+    unsafe_everywhere: dict[str, np.ndarray] | None = None
 
     def subset_rows(self, subset: str) -> np.ndarray:
         """Row mask [n] of a subset: every row, or the decontaminated ones."""
@@ -194,18 +197,16 @@ def build_matrices(
         role = benchmark_role(name, label_kinds, ref_file)
         expected = reference.loc[rows, "expected_unsafe"]
         gold: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        safe_everywhere = None
+        safe_everywhere = unsafe_everywhere = None
         if role == SPLIT:
             expected_unsafe = np.zeros(int(rows.sum()), dtype=bool)
             if unsafe_labels is not None:
                 safe_everywhere = {
-                    mapping: np.logical_and.reduce(
-                        [
-                            reference.loc[rows, f"{GOLD_PREFIX}{policy}"].notna().to_numpy()
-                            & ~reference.loc[rows, f"{GOLD_PREFIX}{policy}"].isin(list(unsafe)).to_numpy()
-                            for policy in policies
-                        ]
-                    )
+                    mapping: _every_policy(reference.loc[rows], policies, unsafe, unsafe=False)
+                    for mapping, unsafe in unsafe_labels.items()
+                }  # each [n] bool
+                unsafe_everywhere = {
+                    mapping: _every_policy(reference.loc[rows], policies, unsafe, unsafe=True)
                     for mapping, unsafe in unsafe_labels.items()
                 }  # each [n] bool
             for policy in policies:
@@ -242,10 +243,23 @@ def build_matrices(
                     else None
                 ),
                 safe_everywhere=safe_everywhere,
+                unsafe_everywhere=unsafe_everywhere,
             )
         )
     log.info("scores: %d models x %d datasets (%d items each)", len(models), len(matrices), len(reference))
     return models, matrices
+
+
+def _every_policy(
+    frame: pd.DataFrame, policies: Sequence[str], unsafe_classes: Sequence[str], *, unsafe: bool
+) -> np.ndarray:
+    """[n] bool: every policy labelled the item, and every label is unsafe (`unsafe`) or every one safe."""
+    agree = []
+    for policy in policies:
+        labels = frame[f"{GOLD_PREFIX}{policy}"]
+        called_unsafe = labels.isin(list(unsafe_classes)).to_numpy()
+        agree.append(labels.notna().to_numpy() & (called_unsafe if unsafe else ~called_unsafe))
+    return np.logical_and.reduce(agree)
 
 
 _RERUN = (

@@ -8,13 +8,30 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from guardpolicy.analysis.matrices import BENIGN, HARMFUL
 from guardpolicy.analysis.scores import DrawStore
 from guardpolicy.analysis.sensitivity import branch_models, column_index, primary_results
-from guardpolicy.analysis.stats import TWO_SIDED, rank_stability, rank_test
+from guardpolicy.analysis.stats import EXTREME_BOTTOM, EXTREME_TOP, TWO_SIDED, rank_stability, rank_test
+from guardpolicy.analysis.views import RANKED, sort_views
 from guardpolicy.contracts.analysis import ANALYSIS_RANK_TEST
 
 # rank_test.csv (`guardpolicy.contracts.ANALYSIS_RANK_TEST`).
 RANK_TEST_COLUMNS = tuple(ANALYSIS_RANK_TEST.names())
+
+
+# The ranked view's AUROC of a benign set (agreed-unsafe prompts against its prompts) is high where the
+# over-refusal is low: a direction fixed for the rate flips there.
+FLIPPED = {EXTREME_TOP: EXTREME_BOTTOM, EXTREME_BOTTOM: EXTREME_TOP}
+
+
+def view_direction(direction: str | None, view: str, role: str) -> str | None:
+    """The pre-registered direction of a benchmark's rate (cap on a harmful set, over_ref on a benign one)
+    as it reads in a view: unchanged in the own and matched views and for a harmful set's ranked AUROC
+    (ranking its unsafe prompts higher flags more of them at any threshold); flipped for a benign set's
+    ranked AUROC; none (two-sided) for a mixed set's ranked AUROC, which has no fixed relation to its rate."""
+    if direction is None or view != RANKED or role == HARMFUL:
+        return direction
+    return FLIPPED[direction] if role == BENIGN else None
 
 
 def rank_test_table(
@@ -26,14 +43,16 @@ def rank_test_table(
     directions: Mapping[str, Mapping[str, str]] | None = None,
     confidence: float = 0.95,
 ) -> pd.DataFrame:
-    """rank_test.csv: whether each named branch set fills the extreme ranks, per scale and benchmark subset.
+    """rank_test.csv's rows of the store's view: whether each named branch set fills the extreme ranks, per
+    scale and benchmark subset.
 
     Ranks are of the point estimates of the primary metric over the branch models at the main seed.
     `directions` (set -> benchmark -> top | bottom, params `analysis.rank_direction`, fixed before the run)
     makes the test one-sided, p = 1 / C(n, k); elsewhere it is two-sided, p = 2 / C(n, k)
-    (stats.rank_test). `null_probability` is the chance of a hit under exchangeability; `hit`: p <= 1 −
-    confidence; `stability`: the share of the joint bootstrap replicates in which the observed extreme
-    ranking still holds (null when the set is not extreme).
+    (stats.rank_test); in the ranked view the direction reads as `view_direction` says.
+    `null_probability` is the chance of a hit under exchangeability; `hit`: p <= 1 − confidence;
+    `stability`: the share of the joint bootstrap replicates in which the observed extreme ranking still
+    holds (null when the set is not extreme).
     """
     directions = directions or {}
     alpha = 1.0 - confidence
@@ -48,7 +67,9 @@ def rank_test_table(
             scores = {branch: float(result.point[column[model]]) for model, branch in present}
             indices = [column[model] for model, _ in present]
             for set_name, members in sorted(rank_sets.items()):
-                direction = directions.get(set_name, {}).get(benchmark)
+                direction = view_direction(
+                    directions.get(set_name, {}).get(benchmark), store.view, store.roles[benchmark]
+                )
                 test = rank_test(scores, members, direction)
                 if test.k == 0 or test.k == test.n:
                     # No member, or no non-member at this scale: there is no ranking to test.
@@ -60,6 +81,7 @@ def rank_test_table(
                         "scale": str(scale),
                         "subset": subset,
                         "mapping": mapping,
+                        "view": store.view,
                         "set_name": set_name,
                         "k": test.k,
                         "n": test.n,
@@ -73,9 +95,7 @@ def rank_test_table(
                 )
     table = pd.DataFrame(rows, columns=list(RANK_TEST_COLUMNS))
     table["hit"] = table["hit"].astype(bool)
-    return table.sort_values(
-        ["set_name", "scale", "benchmark", "subset", "mapping"], kind="stable"
-    ).reset_index(drop=True)
+    return sort_views(table, ["set_name", "scale", "benchmark", "subset", "mapping", "view"])
 
 
 def rank_chance(rank_tests: pd.DataFrame, subset: str, mapping: str, confidence: float) -> dict:

@@ -43,6 +43,7 @@ from guardpolicy.analysis.stats import (
     percentile_interval,
     wilson_interval,
 )
+from guardpolicy.config.analysis import View
 from guardpolicy.contracts.analysis import ANALYSIS_BENCHMARKS, ANALYSIS_MAPPING_EFFECT, ANALYSIS_SCORES
 from guardpolicy.metrics import (
     BINARY_METRICS,
@@ -93,6 +94,9 @@ class DrawStore:
     samples: int
     roles: dict[str, str]
     draws: dict[tuple[str, str, str, str], MetricDraws]
+    # Which view of the scores it holds (guardpolicy.analysis.views): the models' own decisions unless a view
+    # store says otherwise; the spans, rank tests and their tables carry it.
+    view: View = "own"
 
     def get(self, dataset: str, subset: str, mapping: str, metric: str) -> MetricDraws | None:
         return self.draws.get((dataset, subset, mapping, metric))
@@ -236,8 +240,11 @@ def compute_draws(
     return DrawStore(models=tuple(models), samples=samples, roles=roles, draws=draws)
 
 
-def role_mean_draws(store: DrawStore) -> dict[tuple[str, str, str, str], MetricDraws]:
-    """The headline means per subset x mapping: mean cap over harmful sets, mean over_ref over benign ones.
+def role_mean_draws(
+    store: DrawStore, metrics: Mapping[str, str] | None = None
+) -> dict[tuple[str, str, str, str], MetricDraws]:
+    """The headline means per subset x mapping: mean cap over harmful sets, mean over_ref over benign ones
+    (`metrics`: role -> another metric to average, e.g. the ranked view's AUROC).
 
     Keys are (`mean:harmful` | `mean:benign`, subset, mapping, metric). The point is the unweighted mean of
     the present benchmarks' points; replicate r is the mean of their replicates r, and since every benchmark
@@ -246,7 +253,8 @@ def role_mean_draws(store: DrawStore) -> dict[tuple[str, str, str, str], MetricD
     the role has the rate gets no entry.
     """
     means: dict[tuple[str, str, str, str], MetricDraws] = {}
-    for role, (name, metric) in ROLE_MEANS.items():
+    for role, (name, rate) in ROLE_MEANS.items():
+        metric = (metrics or {}).get(role, rate)
         members = [dataset for dataset in store.datasets() if store.roles.get(dataset) == role]
         for subset in SUBSETS:
             for mapping in MAPPINGS:

@@ -30,6 +30,7 @@ import pandas as pd
 from guardpolicy.analysis.matrices import BENIGN, HARMFUL, MAPPINGS, MIXED, SPLIT, SUBSETS
 from guardpolicy.analysis.scores import DrawStore, MetricDraws
 from guardpolicy.analysis.stats import percentile_interval, range_ratio
+from guardpolicy.analysis.views import OWN, view_metric
 from guardpolicy.config.analysis import LoadConfig
 from guardpolicy.errors import ConfigError
 
@@ -142,6 +143,7 @@ class Span:
     benchmark: str
     subset: str
     mapping: str
+    view: str  # own | matched | ranked (guardpolicy.analysis.views): the store the span was computed on
     load: str  # the fingerprint's grouping (other: the benchmark has no swing)
     study_load: str  # the study's grouping (params analysis.load.policy / .capability)
     swing: float | None  # the fingerprint's swing of the benchmark
@@ -193,12 +195,13 @@ class Span:
 def primary_results(
     store: DrawStore, primary_overrides: Mapping[str, str]
 ) -> Iterator[tuple[str, str, str, str, MetricDraws]]:
-    """(benchmark, subset, mapping, primary metric, its draws) for every benchmark subset the store scored."""
+    """(benchmark, subset, mapping, primary metric, its draws) for every benchmark subset the store scored;
+    the primary metric in the store's view (`views.view_metric`: AUROC in the ranked view)."""
     for benchmark in store.datasets():
         role = store.roles[benchmark]
         if role == SPLIT:
             continue
-        metric = primary_metric(benchmark, role, primary_overrides)
+        metric = view_metric(store.view, primary_metric(benchmark, role, primary_overrides))
         for subset in SUBSETS:
             for mapping in MAPPINGS:
                 result = store.get(benchmark, subset, mapping, metric)
@@ -239,9 +242,9 @@ def compute_spans(
             if len(indices) >= 2:
                 ranges[scale] = float(_spread(result.point[indices]))
                 range_draws[scale] = _spread(result.draws[:, indices])
-        delta = (
-            float(np.mean([r for r in ranges.values() if np.isfinite(r)])) if range_draws else float("nan")
-        )
+        measured = [r for r in ranges.values() if np.isfinite(r)]
+        # A view where a model has no value (no score to threshold or rank) leaves a scale without a range.
+        delta = float(np.mean(measured)) if measured else float("nan")
         delta_draws = (
             np.mean(np.stack(list(range_draws.values()), axis=1), axis=1)
             if range_draws
@@ -264,6 +267,7 @@ def compute_spans(
                 benchmark=benchmark,
                 subset=subset,
                 mapping=mapping,
+                view=store.view,
                 load=fingerprint_load(benchmark, fingerprint, load.swing_threshold),
                 study_load=load_of(benchmark, load),
                 swing=swing,
@@ -296,6 +300,15 @@ def interval(draws: np.ndarray | None, confidence: float) -> tuple[float | None,
         return None, None
     low, high = percentile_interval(np.asarray(draws)[:, None], confidence)
     return finite(low[0]), finite(high[0])
+
+
+def spans_view(spans: Sequence[Span]) -> str:
+    """The one view a list of spans is in (each view's verdicts are computed on its own spans); `own` for no
+    spans, a ValueError for spans of several views."""
+    views = sorted({s.view for s in spans})
+    if len(views) > 1:
+        raise ValueError(f"spans of several views {views}: compute each view's verdicts on its own spans")
+    return views[0] if views else OWN
 
 
 def spans_at(spans: Sequence[Span], subset: str, mapping: str) -> dict[str, Span]:

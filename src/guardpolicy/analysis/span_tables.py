@@ -1,5 +1,7 @@
 """span.csv, span_scale.csv and noise_floor.csv: the spans of `sensitivity` as tables, with intervals.
 
+Each table has a `view` column (own, matched, ranked: `guardpolicy.analysis.views`), the view of the spans.
+
 * span.csv: per benchmark, subset, mapping, Δ_b with its interval, the range per scale, Φ_b (median over every
   seed recipe) with its interval.
 * span_scale.csv: per scale, Δ at that scale against Φ at the same scale, and against the range seed noise
@@ -18,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from guardpolicy.analysis.sensitivity import Span, finite, interval
+from guardpolicy.analysis.views import sort_views
 from guardpolicy.contracts.analysis import ANALYSIS_NOISE_FLOOR, ANALYSIS_SPAN, ANALYSIS_SPAN_SCALE
 
 # The tables' columns, from their contracts (guardpolicy.contracts); span.csv's `range_<scale>` is a family.
@@ -52,6 +55,7 @@ def span_table(spans: Sequence[Span], confidence: float) -> pd.DataFrame:
                 "benchmark": span.benchmark,
                 "subset": span.subset,
                 "mapping": span.mapping,
+                "view": span.view,
                 "load": span.load,
                 "study_load": span.study_load,
                 "swing": span.swing,
@@ -68,8 +72,7 @@ def span_table(spans: Sequence[Span], confidence: float) -> pd.DataFrame:
             }
         )
     columns = ANALYSIS_SPAN.names(scale=scales)  # `range_<scale>` per scale among the fixed columns
-    table = pd.DataFrame(rows, columns=columns)
-    return table.sort_values(["benchmark", "subset", "mapping"], kind="stable").reset_index(drop=True)
+    return sort_views(pd.DataFrame(rows, columns=columns), ["benchmark", "subset", "mapping", "view"])
 
 
 def _scale_verdict(
@@ -121,6 +124,7 @@ def span_scale_table(spans: Sequence[Span], confidence: float, max_swing: float)
                     "benchmark": span.benchmark,
                     "subset": span.subset,
                     "mapping": span.mapping,
+                    "view": span.view,
                     "scale": scale,
                     "load": span.load,
                     "study_load": span.study_load,
@@ -144,9 +148,7 @@ def span_scale_table(spans: Sequence[Span], confidence: float, max_swing: float)
                 }
             )
     table = pd.DataFrame(rows, columns=list(SPAN_SCALE_COLUMNS))
-    return table.sort_values(["benchmark", "subset", "mapping", "scale"], kind="stable").reset_index(
-        drop=True
-    )
+    return sort_views(table, ["benchmark", "subset", "mapping", "view", "scale"])
 
 
 def noise_floor_table(spans: Sequence[Span], confidence: float) -> pd.DataFrame:
@@ -163,6 +165,7 @@ def noise_floor_table(spans: Sequence[Span], confidence: float) -> pd.DataFrame:
                     "benchmark": span.benchmark,
                     "subset": span.subset,
                     "mapping": span.mapping,
+                    "view": span.view,
                     "seeds": ",".join(str(seed) for seed in spread.seeds),
                     "spread": spread.spread,
                     "ci_low": low,
@@ -170,6 +173,4 @@ def noise_floor_table(spans: Sequence[Span], confidence: float) -> pd.DataFrame:
                 }
             )
     table = pd.DataFrame(rows, columns=list(NOISE_FLOOR_COLUMNS))
-    return table.sort_values(["recipe", "benchmark", "subset", "mapping"], kind="stable").reset_index(
-        drop=True
-    )
+    return sort_views(table, ["recipe", "benchmark", "subset", "mapping", "view"])

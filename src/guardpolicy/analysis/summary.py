@@ -119,6 +119,39 @@ def fingerprint_summary(fingerprint: pd.DataFrame | None) -> dict[str, Any] | No
     return tree
 
 
+def view_block(
+    *,
+    subset: str,
+    mapping: str,
+    spans: pd.DataFrame,
+    span_scale: pd.DataFrame,
+    swing_vs_span: pd.DataFrame,
+    rank_tests: pd.DataFrame,
+    copyright_vs_noise: Mapping[str, Any],
+    load_contrast: Mapping[str, Any],
+    load_contrast_study: Mapping[str, Any],
+    agreed_spans: Mapping[str, Any],
+    rank_chance: Mapping[str, Any],
+    targets: Mapping[str, Any],
+    study: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One view's verdict blocks, under the same keys as the top level's (the own view's), from that view's
+    tables alone."""
+    return {
+        "span": span_summary(spans, subset, mapping),
+        "copyright_vs_noise": dict(copyright_vs_noise),
+        "load_contrast": dict(load_contrast),
+        "load_contrast_study": dict(load_contrast_study),
+        "agreed_spans": dict(agreed_spans),
+        "span_scale": span_scale_summary(span_scale, subset, mapping),
+        "swing_vs_span": swing_summary(swing_vs_span),
+        "rank_tests": rank_summary(rank_tests, subset, mapping),
+        "rank_chance": dict(rank_chance),
+        "targets": dict(targets),
+        "study": dict(study),
+    }
+
+
 def build_summary(
     *,
     subset: str,
@@ -144,12 +177,20 @@ def build_summary(
     targets: Mapping[str, Any] | None = None,
     competence_tradeoff: Mapping[str, Any] | None = None,
     study: Mapping[str, Any] | None = None,
+    primary_view: str | None = None,
+    views: Mapping[str, Mapping[str, Any]] | None = None,
+    study_views: Mapping[str, Any] | None = None,
+    targets_views: Mapping[str, Any] | None = None,
+    base_rate: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """summary.json: the headline subset and mapping's answers (see docs/data-contracts.md, "Analysis").
 
     The keyword blocks after `baselines` (second load grouping, agreed-benchmark spans, per-scale spans vs
     noise, swing vs span, hits expected by chance, competence, targets, the competence trade-off, the study
-    comparison) are added when given.
+    comparison) are added when given. The top level is the own view (each model's decisions); `views`
+    holds the same verdict blocks in the matched and ranked views (`view_block`), `primary_view` the view
+    that leads the report, `study_views` / `targets_views` each finding's / target's status per view and
+    `base_rate` how much of the own view is flag rate.
 
     `baselines` (per open guard, from `analysis.baselines.baseline_summary`) is added only when guards were
     analysed, so the default run's summary does not change shape."""
@@ -177,6 +218,11 @@ def build_summary(
         "targets": None if targets is None else dict(targets),
         "competence_tradeoff": None if competence_tradeoff is None else dict(competence_tradeoff),
         "study": None if study is None else dict(study),
+        "primary_view": primary_view,
+        "views": None if views is None else {view: dict(block) for view, block in views.items()},
+        "study_views": None if study_views is None else dict(study_views),
+        "targets_views": None if targets_views is None else dict(targets_views),
+        "base_rate": None if base_rate is None else dict(base_rate),
     }
     payload.update({key: value for key, value in optional.items() if value is not None})
     fingerprint_tree = fingerprint_summary(fingerprint)

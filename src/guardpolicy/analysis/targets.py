@@ -118,7 +118,7 @@ def _over_refusal_target(
 
 def evaluate_targets(
     *,
-    scores: pd.DataFrame,
+    scores: pd.DataFrame | None,
     models: pd.DataFrame,
     main_seed: int,
     targets: TargetsConfig,
@@ -128,19 +128,30 @@ def evaluate_targets(
     rank_tests: pd.DataFrame,
     subset: str,
     mapping: str,
+    span_scale: pd.DataFrame | None = None,
+    no_rates: str = "",
 ) -> dict[str, dict[str, Any]]:
-    """summary.json `targets`: each of issue 14's targets with status (met | not met | not measured), the
-    measured value, the threshold, the comparison and a sentence of detail.
+    """summary.json `targets` of one view: each of issue 14's targets with status (met | not met | not
+    measured), the measured value, the threshold, the comparison and a sentence of detail.
 
-    The judged models: teachers and the branches at the main seed (the seed repeats only feed the noise
-    floor); `over_refusal` judges the branches in `targets.over_refusal_branches` and the teachers of
-    `targets.over_refusal_teachers`.
+    `scores`: the view's rates (scores.csv's columns; the matched view's rows of view_scores.csv), None in a
+    view without rates (the ranked view: `no_rates` says why the capture and over-refusal bars are not
+    measured). The judged models: teachers and the branches at the main seed (the seed repeats only feed
+    the noise floor); `over_refusal` judges the branches in `targets.over_refusal_branches` and the teachers
+    of `targets.over_refusal_teachers`. With `span_scale`, `copyright_per_scale` asks the interval of the
+    copyright Δ − Φ to lie above 0 at every scale.
     """
     judged, judged_over_ref = judged_models(models, main_seed, targets)
-    result = {
-        "capture": _capture_target(scores, judged, targets, subset, mapping),
-        "over_refusal": _over_refusal_target(scores, judged_over_ref, targets, subset, mapping),
-    }
+    if scores is None:
+        result = {
+            "capture": _target(None, None, targets.min_capture, ">=", no_rates),
+            "over_refusal": _target(None, None, targets.max_over_refusal, "<=", no_rates),
+        }
+    else:
+        result = {
+            "capture": _capture_target(scores, judged, targets, subset, mapping),
+            "over_refusal": _over_refusal_target(scores, judged_over_ref, targets, subset, mapping),
+        }
     c = copyright_vs_noise
     name = targets.copyright_benchmark
     phi = c.get("phi")
@@ -169,6 +180,8 @@ def evaluate_targets(
             f"{'above' if clear else 'not above'} 0"
         )
         result["copyright_delta"] = _target(met, delta, targets.min_copyright_delta, ">=", detail)
+    if span_scale is not None:
+        result["copyright_per_scale"] = _copyright_per_scale(span_scale, name, subset, mapping)
     mean_delta = agreed_mean.get("mean_delta")
     result["agree_mean_delta"] = _target(
         None if mean_delta is None else mean_delta <= targets.max_agree_mean_delta,
@@ -190,6 +203,30 @@ def evaluate_targets(
     )
     result["top_ranks"] = _top_rank_target(rank_tests, targets, subset, mapping)
     return result
+
+
+def _copyright_per_scale(
+    span_scale: pd.DataFrame, benchmark: str, subset: str, mapping: str
+) -> dict[str, Any]:
+    """At every scale the copyright Δ (that scale's range) minus Φ (that scale's seed spread) has its
+    interval above 0; the value is the lowest lower bound over the scales."""
+    chosen = span_scale[
+        (span_scale["benchmark"] == benchmark)
+        & (span_scale["subset"] == subset)
+        & (span_scale["mapping"] == mapping)
+    ].sort_values("scale")
+    measured = chosen[chosen["difference_ci_low"].notna()]
+    if measured.empty:
+        return _target(None, None, 0.0, ">", f"no scale has a seed noise floor for {benchmark}")
+    detail = "; ".join(
+        f"{r.scale}: Δ − Φ = {_ci_text(r.difference, r.difference_ci_low, r.difference_ci_high)}"
+        for r in chosen.itertuples(index=False)
+    )
+    lowest = float(measured["difference_ci_low"].min())
+    met: bool | None = bool((measured["difference_ci_low"] > 0).all())
+    if met and len(measured) < len(chosen):
+        met = None  # the scales measured hold, but a scale without a noise floor cannot be judged
+    return _target(met, lowest, 0.0, ">", f"the lowest lower bound over the scales; {detail}")
 
 
 def _top_rank_target(
@@ -256,16 +293,17 @@ def study_comparison(
     load_contrast: Mapping[str, Any],
     span_scale: pd.DataFrame,
     rank_tests: pd.DataFrame,
-    correlations: pd.DataFrame,
+    correlations: pd.DataFrame | None,
     swing_vs_span: pd.DataFrame,
     top_set: str | None,
     copyright_benchmark: str,
     subset: str,
     mapping: str,
 ) -> dict[str, dict[str, Any]]:
-    """Each study finding: `status` (agrees | not reproduced | contradicts | not measured), `agrees`, the
-    study's claim, this run's numbers and the reading in words (`Contradicts the study ...` where this run
-    points the other way, `Does not reproduce ...` where it cannot tell)."""
+    """Each study finding in one view: `status` (agrees | not reproduced | contradicts | not measured),
+    `agrees`, the study's claim, this run's numbers and the reading in words (`Contradicts the study ...`
+    where this run points the other way, `Does not reproduce ...` where it cannot tell). `correlations`:
+    None in a view without the VAL correlation (it is read at the models' own decisions only)."""
     out: dict[str, dict[str, Any]] = {}
     c = copyright_vs_noise
     out["copyright_span"] = _finding(
@@ -322,7 +360,11 @@ def study_comparison(
         )
         or "not ranked",
     )
-    out["val_correlation"] = _val_correlation(correlations)
+    out["val_correlation"] = (
+        _val_correlation(correlations)
+        if correlations is not None
+        else _finding(None, STUDY["val_correlation"], "VAL is correlated at the models' own decisions only")
+    )
     overall = swing_vs_span[swing_vs_span["scale"] == ALL_SCALES]
     out["swing_predicts_span"] = _finding(
         None if overall.empty else _interval_status(overall["ci_low"].iloc[0], overall["ci_high"].iloc[0]),

@@ -16,6 +16,7 @@ from guardpolicy.contracts.analysis_mapping import (
     ANALYSIS_XSTEST_PAIRS,
 )
 from guardpolicy.contracts.analysis_tables import (
+    ANALYSIS_BASE_RATE,
     ANALYSIS_BENCHMARKS,
     ANALYSIS_COMPETENCE,
     ANALYSIS_CORRELATIONS,
@@ -27,6 +28,7 @@ from guardpolicy.contracts.analysis_tables import (
     ANALYSIS_SPAN_SCALE,
     ANALYSIS_SWING_VS_SPAN,
     ANALYSIS_TRADEOFF,
+    ANALYSIS_VIEW_SCORES,
 )
 from guardpolicy.contracts.model import Contract
 
@@ -35,6 +37,7 @@ ANALYSIS_TABLES: Mapping[str, Contract] = {
     for contract in (
         ANALYSIS_BENCHMARKS,
         ANALYSIS_SCORES,
+        ANALYSIS_VIEW_SCORES,
         ANALYSIS_SPAN,
         ANALYSIS_SPAN_SCALE,
         ANALYSIS_NOISE_FLOOR,
@@ -51,11 +54,13 @@ ANALYSIS_TABLES: Mapping[str, Contract] = {
         ANALYSIS_XSTEST_PAIRS,
         ANALYSIS_BASELINE_PARSE,
         ANALYSIS_CALIBRATION,
+        ANALYSIS_BASE_RATE,
     )
 }
 
 __all__ = [
     "ANALYSIS_BASELINE_PARSE",
+    "ANALYSIS_BASE_RATE",
     "ANALYSIS_BENCHMARKS",
     "ANALYSIS_CALIBRATION",
     "ANALYSIS_COMPETENCE",
@@ -72,6 +77,7 @@ __all__ = [
     "ANALYSIS_SWING_VS_SPAN",
     "ANALYSIS_TABLES",
     "ANALYSIS_TRADEOFF",
+    "ANALYSIS_VIEW_SCORES",
     "ANALYSIS_XSTEST",
     "ANALYSIS_XSTEST_PAIRS",
 ]

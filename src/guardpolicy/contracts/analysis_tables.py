@@ -57,7 +57,19 @@ STUDY_LOAD = Column(
     "study_load", "string", "the study's grouping (`analysis.load.policy` / `.capability`, else `other`)"
 )
 SWING = statistic("swing", f"the benchmark's swing from {relative_path('fingerprint_json')} (null: none)")
-PRIMARY_METRIC = Column("primary_metric", "string", "the metric the span is over (`cap` or `over_ref`)")
+PRIMARY_METRIC = Column(
+    "primary_metric",
+    "string",
+    "the metric the span is over: `cap` (harmful), `over_ref` (benign) or a mixed set's "
+    "`analysis.primary_metric` in the own and matched views; `auroc` in the ranked view",
+)
+VIEW = Column(
+    "view",
+    "string",
+    "`own` (each model's decisions), `matched` (each model at the threshold flagging "
+    "`analysis.matched_over_ref` of the reference) or `ranked` (AUROC against the reference, "
+    "threshold-free): docs/study.md, Three views",
+)
 REPLICATES = "its percentile interval over the joint bootstrap replicates"
 
 ANALYSIS_BENCHMARKS = analysis_table(
@@ -118,11 +130,12 @@ ANALYSIS_SCORES = analysis_table(
 
 ANALYSIS_SPAN = analysis_table(
     "span",
-    "one row per benchmark, subset and mapping, sorted so",
+    "one row per benchmark, subset, mapping and view, sorted so (views in the order own, matched, ranked)",
     (
         BENCHMARK,
         SUBSET,
         MAPPING,
+        VIEW,
         LOAD,
         STUDY_LOAD,
         SWING,
@@ -144,16 +157,17 @@ ANALYSIS_SPAN = analysis_table(
         statistic("phi_max", "the widest seed spread"),
         Column("n_recipes", "int64", "the seed recipes Φ_b is over"),
     ),
-    ("benchmark", "subset", "mapping"),
+    ("benchmark", "subset", "mapping", "view"),
 )
 
 ANALYSIS_SPAN_SCALE = analysis_table(
     "span_scale",
-    "one row per benchmark, subset, mapping and scale, sorted so",
+    "one row per benchmark, subset, mapping, view and scale, sorted so",
     (
         BENCHMARK,
         SUBSET,
         MAPPING,
+        VIEW,
         Column("scale", "string", "the scale"),
         LOAD,
         STUDY_LOAD,
@@ -190,29 +204,35 @@ ANALYSIS_SPAN_SCALE = analysis_table(
             "interval lies above 0)",
         ),
     ),
-    ("benchmark", "subset", "mapping", "scale"),
+    ("benchmark", "subset", "mapping", "view", "scale"),
 )
 
 ANALYSIS_NOISE_FLOOR = analysis_table(
     "noise_floor",
-    "one row per seed recipe, benchmark, subset and mapping, sorted by recipe, benchmark, subset, mapping",
+    "one row per seed recipe, benchmark, subset, mapping and view, sorted so",
     (
         Column("recipe", "string", "the seed recipe: a model trained at several seeds"),
         Column("scale", "string", "its scale"),
         BENCHMARK,
         SUBSET,
         MAPPING,
+        VIEW,
         Column("seeds", "string", "its seeds, comma-joined"),
-        Column("spread", "float64", "max − min of the benchmark's primary metric over those seeds"),
+        statistic(
+            "spread",
+            "max − min of the benchmark's primary metric over those seeds (null: a seed model has no value "
+            "in the view)",
+        ),
         *interval("", f"the spread: {REPLICATES}"),
     ),
-    ("recipe", "benchmark", "subset", "mapping"),
+    ("recipe", "benchmark", "subset", "mapping", "view"),
 )
 
 ANALYSIS_SWING_VS_SPAN = analysis_table(
     "swing_vs_span",
-    "one row for Δ_b (scale `all`), then one per scale in name order",
+    "per view (own, matched, ranked): one row for Δ_b (scale `all`), then one per scale in name order",
     (
+        VIEW,
         Column("scale", "string", "`all` (Δ_b) or one scale (that scale's range)"),
         Column("n_benchmarks", "int64", "the benchmarks with a swing and a span"),
         Column("benchmarks", "string", "them, comma-joined", nullable=True),
@@ -231,26 +251,28 @@ ANALYSIS_SWING_VS_SPAN = analysis_table(
         ),
         Column("note", "string", "why rho is empty", nullable=True),
     ),
-    ("scale",),
+    ("view", "scale"),
 )
 
 ANALYSIS_RANK_TEST = analysis_table(
     "rank_test",
-    "one row per branch set, scale, benchmark, subset and mapping with members and non-members at that "
-    "scale, sorted so",
+    "one row per branch set, scale, benchmark, subset, mapping and view with members and non-members at "
+    "that scale, sorted so",
     (
         BENCHMARK,
         Column("scale", "string", "the scale whose main-seed branches are ranked"),
         SUBSET,
         MAPPING,
+        VIEW,
         Column("set_name", "string", "the branch set (params `analysis.rank_sets`)"),
         Column("k", "int64", "its members at this scale"),
         Column("n", "int64", "the branches ranked (by the point estimate of the primary metric)"),
         Column(
             "direction",
             "string",
-            "`top` or `bottom` (fixed in `analysis.rank_direction` before the run: one-sided, p = 1/C(n,k)) "
-            "or `two-sided` (p = 2/C(n,k))",
+            "`top` or `bottom` (fixed in `analysis.rank_direction` before the run: one-sided, p = 1/C(n,k); "
+            "in the ranked view flipped on a benign set, whose AUROC runs opposite to its over-refusal) or "
+            "`two-sided` (p = 2/C(n,k); a mixed set in the ranked view)",
         ),
         Column("extreme", "string", "`top`, `bottom` or `none`, as observed"),
         statistic("p_value", "null unless the set is extreme in the tested direction"),
@@ -262,7 +284,7 @@ ANALYSIS_RANK_TEST = analysis_table(
             "extreme",
         ),
     ),
-    ("set_name", "scale", "benchmark", "subset", "mapping"),
+    ("set_name", "scale", "benchmark", "subset", "mapping", "view"),
 )
 
 ANALYSIS_CORRELATIONS = analysis_table(
@@ -371,4 +393,83 @@ ANALYSIS_TRADEOFF = analysis_table(
         ),
     ),
     ("model",),
+)
+
+ANALYSIS_VIEW_SCORES = analysis_table(
+    "view_scores",
+    "one row per model × benchmark × subset × mapping × view (each benchmark's primary metric in that view), "
+    "plus per model × subset × mapping × view the headline means; sorted by model, benchmark, subset, "
+    "mapping, view (own, matched, ranked)",
+    (
+        *IDENTITY,
+        Column("recipe", "string", "its recipe: the models that differ only in seed share it"),
+        Column("benchmark", "string", "the benchmark, or `mean:harmful` / `mean:benign`"),
+        SUBSET,
+        MAPPING,
+        VIEW,
+        Column(
+            "metric",
+            "string",
+            "the primary metric in the view: `cap`, `over_ref` or a mixed set's choice (own, matched), "
+            "`auroc` (ranked)",
+        ),
+        statistic("value", "the estimate (null: the model has no score to threshold or rank)"),
+        *interval("", "its interval (`interval`)"),
+        Column(
+            "interval",
+            "string",
+            "own: as in scores.csv (the row is copied); matched and ranked: `bootstrap`, the percentile "
+            "interval over the joint resamples of the benchmark's prompts and the calibration split",
+        ),
+        Column("n", "int64", "the benchmark prompts the value is over (a mean: summed)"),
+        Column(
+            "n_reference",
+            "int64",
+            "the calibration split's prompts the view reads besides: every policy labels them safe (the "
+            "matched threshold; a harmful set's ranked negatives) or unsafe (a benign set's ranked "
+            "positives); 0 for the own view and a mixed set's ranked AUROC",
+        ),
+    ),
+    ("model", "benchmark", "subset", "mapping", "view"),
+)
+
+ANALYSIS_BASE_RATE = analysis_table(
+    "base_rate",
+    "one row per model and mapping, sorted by model, mapping",
+    (
+        *IDENTITY,
+        MAPPING,
+        Column(
+            "n_reference",
+            "int64",
+            "the reference: the calibration split's prompts every policy labels safe (the model's decided "
+            "ones)",
+        ),
+        Column(
+            "n_unsafe_reference",
+            "int64",
+            "the agreed-unsafe reference: those every policy labels unsafe (the model's decided ones)",
+        ),
+        statistic("own_flag_rate", "the share of the reference the model's own decisions flag"),
+        *interval("own_flag_rate_", "its percentile interval over the calibration split's resamples"),
+        statistic("own_unsafe_flag_rate", "the share of the agreed-unsafe reference its own decisions flag"),
+        *interval("own_unsafe_flag_rate_", "its percentile interval"),
+        statistic("threshold", "the matched threshold (flag when the score is ≥ it)"),
+        statistic(
+            "matched_flag_rate",
+            "the share of the reference it flags (`analysis.matched_over_ref`, "
+            "as near as the reference's scores allow)",
+        ),
+        statistic(
+            "matched_unsafe_flag_rate",
+            "the share of the agreed-unsafe reference flagged at the matched threshold",
+        ),
+        *interval(
+            "matched_unsafe_flag_rate_",
+            "its percentile interval (each resample at its own resampled threshold)",
+        ),
+        statistic("auroc", "the agreed-unsafe reference against the reference: what the model tells apart"),
+        *interval("auroc_", "its percentile interval"),
+    ),
+    ("model", "mapping"),
 )

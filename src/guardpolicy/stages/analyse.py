@@ -41,12 +41,6 @@ from guardpolicy.analysis.baselines import (
     parse_counts,
 )
 from guardpolicy.analysis.competence import competence_table, tradeoff_summary, tradeoff_table
-from guardpolicy.analysis.contrasts import (
-    agreed_mean_delta,
-    copyright_vs_noise,
-    load_contrast,
-    swing_vs_span_table,
-)
 from guardpolicy.analysis.correlations import correlation_table, policy_label_agreement
 from guardpolicy.analysis.fingerprint import PROMPT_LABEL_COLUMNS
 from guardpolicy.analysis.headline import headline_table
@@ -55,12 +49,12 @@ from guardpolicy.analysis.matrices import (
     BOUNDARY_UNSAFE,
     DEFAULT,
     GOLD_PREFIX,
+    MAPPINGS,
     PARSE_STATUS,
     PREDICTION_COLUMNS,
     SPLIT,
     build_matrices,
 )
-from guardpolicy.analysis.ranks import rank_chance, rank_test_table
 from guardpolicy.analysis.scores import (
     benchmark_table,
     compute_draws,
@@ -69,14 +63,31 @@ from guardpolicy.analysis.scores import (
     scores_table,
 )
 from guardpolicy.analysis.sensitivity import (
-    STUDY_GROUPING,
     PolicyFingerprint,
     compute_spans,
     load_groupings,
+    primary_metric,
 )
-from guardpolicy.analysis.span_tables import noise_floor_table, span_scale_table, span_table
-from guardpolicy.analysis.summary import build_summary
-from guardpolicy.analysis.targets import evaluate_targets, study_comparison
+from guardpolicy.analysis.summary import build_summary, view_block
+from guardpolicy.analysis.view_verdicts import (
+    VIEW_TABLES,
+    base_rate_summary,
+    findings_by_view,
+    flag_correlation,
+    stacked_tables,
+    targets_by_view,
+    view_verdicts,
+)
+from guardpolicy.analysis.views import (
+    MATCHED,
+    OWN,
+    RANKED,
+    base_rate_table,
+    matched_thresholds,
+    reference_of,
+    view_scores_table,
+    view_stores,
+)
 from guardpolicy.analysis.xstest import (
     PAIR_COLUMNS,
     TYPE_COLUMNS,
@@ -375,15 +386,22 @@ def analyse(
     seed = params.active.seed
 
     scores = scores_table(store, models, config.confidence, config.wilson_max_n)
-    spans = compute_spans(store, models, seed, config.load, config.primary_metric, swings)
-    spans_frame = span_table(spans, config.confidence)
-    span_scale = span_scale_table(spans, config.confidence, config.competence.max_swing)
-    noise = noise_floor_table(spans, config.confidence)
-    swing_span = swing_vs_span_table(spans, config.subset, config.mapping, config.confidence)
-    ranks = rank_test_table(
-        store, models, seed, config.rank_sets, config.primary_metric, config.rank_direction, config.confidence
+    # The matched and ranked views (docs/study.md, "Three views of every score"): the calibration split's
+    # agreed-safe prompts are the reference, resampled alongside every benchmark.
+    reference = reference_of(
+        matrices, config.calibration_split, config.matched_over_ref, samples, config.bootstrap_seed
     )
-    groupings = load_groupings(spans, config.subset, config.mapping)
+    thresholds = {mapping: matched_thresholds(reference, mapping, len(model_order)) for mapping in MAPPINGS}
+    stores = view_stores(store, matrices, reference, thresholds, config.bootstrap_seed)
+    primary = {
+        m.name: primary_metric(m.name, m.role, config.primary_metric) for m in matrices if m.role != SPLIT
+    }
+    view_scores = view_scores_table(stores, scores, models, primary, reference, config.confidence)
+    spans = {
+        view: compute_spans(view_store, models, seed, config.load, config.primary_metric, swings)
+        for view, view_store in stores.items()
+    }
+    groupings = load_groupings(spans[OWN], config.subset, config.mapping)
     correlations = correlation_table(
         store,
         models,
@@ -396,6 +414,22 @@ def analyse(
         policy_agreement,
         policy_note,
     )
+    rates = {OWN: scores, MATCHED: view_scores[view_scores["view"] == MATCHED], RANKED: None}
+    verdicts = {
+        view: view_verdicts(
+            view_store,
+            spans[view],
+            models=models,
+            main_seed=seed,
+            config=config,
+            fingerprint=swings,
+            rates=rates[view],
+            correlations=correlations if view == OWN else None,
+        )
+        for view, view_store in stores.items()
+    }
+    own = verdicts[OWN]
+    view_tables = stacked_tables(list(verdicts.values()))
     headline = headline_table(
         matrices,
         store,
@@ -448,39 +482,7 @@ def analyse(
         subset=config.subset,
         confidence=config.confidence,
     )
-    contrast = load_contrast(spans, config.subset, config.mapping, config.confidence)
-    contrast_study = load_contrast(spans, config.subset, config.mapping, config.confidence, STUDY_GROUPING)
-    copyright_noise = copyright_vs_noise(
-        spans, config.subset, config.mapping, config.confidence, config.targets.copyright_benchmark
-    )
-    agreed = agreed_mean_delta(
-        spans, config.subset, config.mapping, config.confidence, swings, config.competence.max_swing
-    )
-    chance = rank_chance(ranks, config.subset, config.mapping, config.confidence)
-    targets = evaluate_targets(
-        scores=scores,
-        models=models,
-        main_seed=seed,
-        targets=config.targets,
-        copyright_vs_noise=copyright_noise,
-        agreed_mean=agreed,
-        swing_vs_span=swing_span,
-        rank_tests=ranks,
-        subset=config.subset,
-        mapping=config.mapping,
-    )
-    study = study_comparison(
-        copyright_vs_noise=copyright_noise,
-        load_contrast=contrast,
-        span_scale=span_scale,
-        rank_tests=ranks,
-        correlations=correlations,
-        swing_vs_span=swing_span,
-        top_set=config.targets.top_set,
-        copyright_benchmark=config.targets.copyright_benchmark,
-        subset=config.subset,
-        mapping=config.mapping,
-    )
+    base_rate = base_rate_table(reference, thresholds, models, model_order, config.confidence)
     benchmarks = [m.name for m in matrices if m.role != SPLIT]
     guard_models = {guard_model_name(guard) for guard in guards}
     summary = build_summary(
@@ -490,39 +492,72 @@ def analyse(
         bootstrap_samples=samples,
         n_models=len(model_order) - len(guard_models),
         n_benchmarks=len(benchmarks),
-        spans=spans_frame,
-        copyright_vs_noise=copyright_noise,
-        load_contrast=contrast,
-        rank_tests=ranks,
+        spans=own.tables["span"],
+        copyright_vs_noise=own.copyright_vs_noise,
+        load_contrast=own.load_contrast,
+        rank_tests=own.tables["rank_test"],
         correlations=correlations,
         # Our models' mapping effect; the guards' (relaxed vs strict) is summarised under `baselines`.
         mapping_effect=mapping_effect[~mapping_effect["model"].isin(guard_models)],
         fingerprint=fingerprint,
         baselines=baseline_summary(scores, parse, config.subset),
-        load_contrast_study=contrast_study,
-        agreed_spans=agreed,
-        span_scale=span_scale,
-        swing_vs_span=swing_span,
-        rank_chance=chance,
+        load_contrast_study=own.load_contrast_study,
+        agreed_spans=own.agreed_spans,
+        span_scale=own.tables["span_scale"],
+        swing_vs_span=own.tables["swing_vs_span"],
+        rank_chance=own.rank_chance,
         competence={
             "max_swing": config.competence.max_swing,
             "min_unsafe": config.competence.min_unsafe,
             "benchmarks": ",".join(agreed_unsafe),
             "fingerprint": swings is not None,
         },
-        targets=targets,
+        targets=own.targets,
         competence_tradeoff=tradeoff_summary(tradeoff, config.targets),
-        study=study,
+        study=own.study,
+        primary_view=config.primary_view,
+        views={
+            view: view_block(
+                subset=config.subset,
+                mapping=config.mapping,
+                spans=verdict.tables["span"],
+                span_scale=verdict.tables["span_scale"],
+                swing_vs_span=verdict.tables["swing_vs_span"],
+                rank_tests=verdict.tables["rank_test"],
+                copyright_vs_noise=verdict.copyright_vs_noise,
+                load_contrast=verdict.load_contrast,
+                load_contrast_study=verdict.load_contrast_study,
+                agreed_spans=verdict.agreed_spans,
+                rank_chance=verdict.rank_chance,
+                targets=verdict.targets,
+                study=verdict.study,
+            )
+            for view, verdict in verdicts.items()
+            if view != OWN
+        },
+        study_views=findings_by_view(verdicts, config.primary_view),
+        targets_views=targets_by_view(verdicts, config.primary_view),
+        base_rate=base_rate_summary(
+            base_rate,
+            {
+                view: flag_correlation(
+                    view_store, models, seed, config.subset, config.mapping, config.confidence
+                )
+                for view, view_store in stores.items()
+            },
+            models,
+            seed,
+            reference=reference.split,
+            mapping=config.mapping,
+            matched_over_ref=config.matched_over_ref,
+        ),
     )
 
     tables = {
         "benchmarks.csv": benchmark_table(matrices, config.small_set_n),
         "scores.csv": scores,
-        "span.csv": spans_frame,
-        "span_scale.csv": span_scale,
-        "noise_floor.csv": noise,
-        "swing_vs_span.csv": swing_span,
-        "rank_test.csv": ranks,
+        "view_scores.csv": view_scores,
+        **{f"{name}.csv": view_tables[name] for name in VIEW_TABLES},
         "correlations.csv": correlations,
         "headline.csv": headline,
         "competence.csv": competence,
@@ -534,16 +569,19 @@ def analyse(
         "xstest_pairs.csv": pairs,
         "baseline_parse.csv": parse,
         "calibration.csv": calibration,
+        "base_rate.csv": base_rate,
     }
     for name, table in tables.items():
         path = layout.path("analysis_table", table=name.removesuffix(".csv"))
         write_csv(path, table, ANALYSIS_TABLES[name.removesuffix(".csv")])
         log.info("analyse: wrote %s (%d rows)", path, len(table))
     write_json(layout.path("summary"), summary)
-    log.info(
-        "analyse: copyright vs noise floor: %s; load contrast: %s (%.1f s)",
-        copyright_noise["verdict"],
-        contrast["verdict"],
-        time.perf_counter() - started,
-    )
+    for view, verdict in verdicts.items():
+        log.info(
+            "analyse: %s view: copyright vs noise floor: %s; load contrast: %s",
+            view,
+            verdict.copyright_vs_noise["verdict"],
+            verdict.load_contrast["verdict"],
+        )
+    log.info("analyse: done in %.1f s", time.perf_counter() - started)
     return summary
