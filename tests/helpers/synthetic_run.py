@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -47,6 +48,13 @@ SWING_RHO = (0.81, 0.42, 0.97)
 CAPABILITY_CAP = 0.777
 # The threshold trade-off: the best worst-set capture at the over-refusal bar, planted on small-E2.
 TRADEOFF_BEST = ("small-E2", 0.654)
+VIEWS = ("own", "matched", "ranked")
+# The views' spans: the own view's planted Δ, lowered by this much in the other views.
+VIEW_SHIFT = {"own": 0.0, "matched": 0.1, "ranked": 0.2}
+# The copyright verdict in the matched view (the primary one): Δ, and Δ − Φ, each with its interval.
+MATCHED_COPYRIGHT = ((0.777, 0.7, 0.85), (0.727, 0.65, 0.8))
+# The CAP/OVER-REF correlation across branches per view.
+FLAG_R = {"own": (0.957, 0.9, 0.99), "matched": (0.41, 0.05, 0.7), "ranked": (-0.12, -0.5, 0.3)}
 
 
 def models_table() -> list[dict]:
@@ -185,82 +193,94 @@ def with_headline_means(scores: pd.DataFrame) -> pd.DataFrame:
 def span_table() -> pd.DataFrame:
     rows = []
     for b_index, (benchmark, (role, load, _)) in enumerate(BENCHMARKS.items()):
-        for subset in ("clean", "full"):
-            for mapping in ("default", "boundary_unsafe"):
-                delta = round(0.9 - 0.1 * b_index, 3)
-                phi = None if benchmark == "wildguard_benign" else round(0.05 + 0.01 * b_index, 3)
-                rows.append(
-                    {
-                        "benchmark": benchmark,
-                        "subset": subset,
-                        "mapping": mapping,
-                        "load": load,
-                        "study_load": load,
-                        "swing": SWINGS.get(benchmark),
-                        "primary_metric": "over_ref" if role != "harmful" else "cap",
-                        "delta": delta,
-                        "delta_ci_low": delta - 0.04,
-                        "delta_ci_high": delta + 0.04,
-                        "range_small": delta + 0.01,
-                        "range_large": delta - 0.01,
-                        "phi": phi,
-                        "phi_ci_low": None if phi is None else phi - 0.02,
-                        "phi_ci_high": None if phi is None else phi + 0.02,
-                        "phi_max": phi,
-                        "n_recipes": 0 if phi is None else 1,
-                    }
-                )
+        for subset, mapping, view in (
+            (subset, mapping, view)
+            for subset in ("clean", "full")
+            for mapping in ("default", "boundary_unsafe")
+            for view in VIEWS
+        ):
+            delta = round(max(0.9 - 0.1 * b_index - VIEW_SHIFT[view], 0.05), 3)
+            phi = None if benchmark == "wildguard_benign" else round(0.05 + 0.01 * b_index, 3)
+            own_metric = "over_ref" if role != "harmful" else "cap"
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "subset": subset,
+                    "mapping": mapping,
+                    "view": view,
+                    "load": load,
+                    "study_load": load,
+                    "swing": SWINGS.get(benchmark),
+                    "primary_metric": "auroc" if view == "ranked" else own_metric,
+                    "delta": delta,
+                    "delta_ci_low": delta - 0.04,
+                    "delta_ci_high": delta + 0.04,
+                    "range_small": delta + 0.01,
+                    "range_large": delta - 0.01,
+                    "phi": phi,
+                    "phi_ci_low": None if phi is None else phi - 0.02,
+                    "phi_ci_high": None if phi is None else phi + 0.02,
+                    "phi_max": phi,
+                    "n_recipes": 0 if phi is None else 1,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def write_issue14_tables(analysis: Path) -> None:
     """span_scale.csv, swing_vs_span.csv, headline.csv, competence.csv, tradeoff.csv: planted values."""
     span_rows = []
-    for b_index, benchmark in enumerate(BENCHMARKS):
-        for scale in SCALES:
-            flagged = (benchmark, scale) == COMPETENCE_FLAG
-            delta = 0.34 if flagged else round(0.9 - 0.1 * b_index, 3)
-            span_rows.append(
-                {
-                    "benchmark": benchmark,
-                    "subset": "clean",
-                    "mapping": "default",
-                    "scale": scale,
-                    "load": BENCHMARKS[benchmark][1],
-                    "study_load": BENCHMARKS[benchmark][1],
-                    "swing": SWINGS.get(benchmark),
-                    "primary_metric": "cap",
-                    "n_branches": 10,
-                    "delta": delta,
-                    "delta_ci_low": delta - 0.03,
-                    "delta_ci_high": delta + 0.03,
-                    "phi": 0.05 if scale == "small" else None,
-                    "phi_ci_low": 0.03 if scale == "small" else None,
-                    "phi_ci_high": 0.07 if scale == "small" else None,
-                    "n_recipes": 1 if scale == "small" else 0,
-                    "seeds": "3" if scale == "small" else "",
-                    "difference": delta - 0.05 if scale == "small" else None,
-                    "difference_ci_low": delta - 0.1 if scale == "small" else None,
-                    "difference_ci_high": delta if scale == "small" else None,
-                    "noise_range": 0.091 if scale == "small" else None,
-                    "noise_range_ci_low": 0.05 if scale == "small" else None,
-                    "noise_range_ci_high": 0.12 if scale == "small" else None,
-                    "excess": delta - 0.091 if scale == "small" else None,
-                    "excess_ci_low": delta - 0.15 if scale == "small" else None,
-                    "excess_ci_high": delta - 0.05 if scale == "small" else None,
-                    "verdict": (
-                        "competence: the policies agree on this benchmark ..."
-                        if flagged
-                        else "exceeds noise: ..."
-                        if scale == "small"
-                        else "undetermined: no recipe trained at several seeds at this scale"
-                    ),
-                }
-            )
+    for b_index, benchmark, scale, view in (
+        (b_index, benchmark, scale, view)
+        for b_index, benchmark in enumerate(BENCHMARKS)
+        for scale in SCALES
+        for view in VIEWS
+    ):
+        flagged = (benchmark, scale) == COMPETENCE_FLAG
+        delta = 0.34 if flagged else round(0.9 - 0.1 * b_index, 3)
+        span_rows.append(
+            {
+                "benchmark": benchmark,
+                "subset": "clean",
+                "mapping": "default",
+                "view": view,
+                "scale": scale,
+                "load": BENCHMARKS[benchmark][1],
+                "study_load": BENCHMARKS[benchmark][1],
+                "swing": SWINGS.get(benchmark),
+                "primary_metric": "cap",
+                "n_branches": 10,
+                "delta": delta,
+                "delta_ci_low": delta - 0.03,
+                "delta_ci_high": delta + 0.03,
+                "phi": 0.05 if scale == "small" else None,
+                "phi_ci_low": 0.03 if scale == "small" else None,
+                "phi_ci_high": 0.07 if scale == "small" else None,
+                "n_recipes": 1 if scale == "small" else 0,
+                "seeds": "3" if scale == "small" else "",
+                "difference": delta - 0.05 if scale == "small" else None,
+                "difference_ci_low": delta - 0.1 if scale == "small" else None,
+                "difference_ci_high": delta if scale == "small" else None,
+                "noise_range": 0.091 if scale == "small" else None,
+                "noise_range_ci_low": 0.05 if scale == "small" else None,
+                "noise_range_ci_high": 0.12 if scale == "small" else None,
+                "excess": delta - 0.091 if scale == "small" else None,
+                "excess_ci_low": delta - 0.15 if scale == "small" else None,
+                "excess_ci_high": delta - 0.05 if scale == "small" else None,
+                "verdict": (
+                    "competence: the policies agree on this benchmark ..."
+                    if flagged
+                    else "exceeds noise: ..."
+                    if scale == "small"
+                    else "undetermined: no recipe trained at several seeds at this scale"
+                ),
+            }
+        )
     pd.DataFrame(span_rows).to_csv(analysis / "span_scale.csv", index=False)
     pd.DataFrame(
         [
             {
+                "view": view,
                 "scale": scale,
                 "n_benchmarks": 5,
                 "benchmarks": ",".join(SWINGS),
@@ -271,6 +291,7 @@ def write_issue14_tables(analysis: Path) -> None:
                 "swing_resampled": False,
                 "note": None,
             }
+            for view in VIEWS
             for scale, rho, low, high in [("all", *SWING_RHO), ("small", 0.7, 0.1, 0.9)]
         ]
     ).to_csv(analysis / "swing_vs_span.csv", index=False)
@@ -330,7 +351,118 @@ def write_issue14_tables(analysis: Path) -> None:
     pd.DataFrame(tradeoff).to_csv(analysis / "tradeoff.csv", index=False)
 
 
+def base_rate_table() -> pd.DataFrame:
+    """base_rate.csv: every model's planted flag rates on the reference (the own one rising with the model:
+    a base rate), a matched rate of 0.05 everywhere and an AUROC that does not follow the base rate."""
+    rows = []
+    for m_index, model in enumerate(models_table()):
+        own = round(0.02 + 0.01 * (m_index % 10), 3)
+        for mapping in ("default", "boundary_unsafe"):
+            rows.append(
+                {
+                    **{k: model[k] for k in ("model", "kind", "scale", "branch", "seed")},
+                    "mapping": mapping,
+                    "n_reference": 284,
+                    "n_unsafe_reference": 190,
+                    "own_flag_rate": own,
+                    "own_flag_rate_ci_low": own - 0.01,
+                    "own_flag_rate_ci_high": own + 0.02,
+                    "own_unsafe_flag_rate": 0.6,
+                    "own_unsafe_flag_rate_ci_low": 0.55,
+                    "own_unsafe_flag_rate_ci_high": 0.66,
+                    "threshold": 0.9,
+                    "matched_flag_rate": 0.0493,
+                    "matched_unsafe_flag_rate": 0.4,
+                    "matched_unsafe_flag_rate_ci_low": 0.3,
+                    "matched_unsafe_flag_rate_ci_high": 0.5,
+                    "auroc": 0.812,
+                    "auroc_ci_low": 0.78,
+                    "auroc_ci_high": 0.84,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+VIEW_KEYS = (
+    "span",
+    "copyright_vs_noise",
+    "load_contrast",
+    "load_contrast_study",
+    "agreed_spans",
+    "span_scale",
+    "swing_vs_span",
+    "rank_tests",
+    "rank_chance",
+    "targets",
+    "study",
+)
+
+
 def summary_document() -> dict:
+    """summary.json: the own view at the top level, planted; the matched view (primary) the same blocks but
+    for the copyright verdict (MATCHED_COPYRIGHT); the ranked view the same blocks lowered by 0.2."""
+    own = own_summary()
+    matched = {key: copy.deepcopy(own[key]) for key in VIEW_KEYS}
+    (delta, delta_low, delta_high), (diff, diff_low, diff_high) = MATCHED_COPYRIGHT
+    matched["copyright_vs_noise"].update(
+        delta=delta,
+        delta_ci_low=delta_low,
+        delta_ci_high=delta_high,
+        difference=diff,
+        difference_ci_low=diff_low,
+        difference_ci_high=diff_high,
+    )
+    ranked = {key: copy.deepcopy(own[key]) for key in VIEW_KEYS}
+    ranked["copyright_vs_noise"].update(delta=0.79, difference=0.74, verdict="wider: ranked")
+    ranked["study"]["load_contrast"] = {
+        "status": "agrees",
+        "agrees": True,
+        "reading": "Agrees with the study in the ranked view.",
+    }
+    ranked["targets"]["capture"] = {
+        "status": "not measured",
+        "met": None,
+        "value": None,
+        "threshold": 0.85,
+        "comparison": ">=",
+        "detail": "the ranked view has AUROCs, not rates",
+    }
+    views = {"own": own, "matched": matched, "ranked": ranked}
+    own["primary_view"] = "matched"
+    own["views"] = {"matched": matched, "ranked": ranked}
+    own["study_views"] = {
+        name: {
+            **{view: views[view]["study"][name]["status"] for view in VIEWS},
+            "primary": matched["study"][name]["status"],
+            "holds_in": ",".join(v for v in VIEWS if views[v]["study"][name]["status"] == "agrees"),
+        }
+        for name in own["study"]
+    }
+    own["targets_views"] = {
+        name: {
+            "primary": matched["targets"][name]["status"],
+            **{view: views[view]["targets"][name]["status"] for view in VIEWS},
+            **{f"{view}_value": views[view]["targets"][name]["value"] for view in VIEWS},
+        }
+        for name in own["targets"]
+    }
+    own["base_rate"] = {
+        "reference": "split:val",
+        "mapping": "default",
+        "matched_over_ref": 0.05,
+        "models": 20,
+        "n_reference": 284,
+        "n_unsafe_reference": 190,
+        "own_flag_rate": {"min": 0.02, "min_model": "large-E2", "max": 0.11, "max_model": "small-E1"},
+        "cap_over_ref_r": {
+            view: {"r": r, "ci_low": low, "ci_high": high, "n_models": 20}
+            for view, (r, low, high) in FLAG_R.items()
+        },
+    }
+    return own
+
+
+def own_summary() -> dict:
     return {
         "subset": "clean",
         "mapping": "default",
@@ -576,6 +708,7 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> Layout:
             "scale": scale,
             "subset": s,
             "mapping": m,
+            "view": view,
             "set_name": "policy_a_terminal",
             "k": 4,
             "n": 10,
@@ -590,8 +723,10 @@ def write_synthetic_run(root: Path, fingerprint: bool = True) -> Layout:
         for scale in SCALES
         for s in ("clean", "full")
         for m in ("default", "boundary_unsafe")
+        for view in VIEWS
     ]
     pd.DataFrame(rank_rows).to_csv(analysis / "rank_test.csv", index=False)
+    base_rate_table().to_csv(analysis / "base_rate.csv", index=False)
     pd.DataFrame(
         [
             {

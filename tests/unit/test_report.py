@@ -48,6 +48,10 @@ def test_sections_in_order(run):
         "# Policy vs capability",
         "## Reading",
         "## Targets (issue 14)",
+        "## Three views of every score",
+        "### The verdicts in each view",
+        "### Δ and Φ per benchmark in each view",
+        "### Base rate: how often each model flags, beside what it tells apart",
         "## Table 1",
         "### Branches",
         "## Scores per benchmark",
@@ -82,9 +86,20 @@ def test_header_counts(run):
 def test_reading_states_intervals_and_conclusions(run):
     _, text = run
     reading = _section(text, "## Reading")
-    assert "Δ = 0.990 [0.970, 1.000]" in reading
+    # Read in the primary view (params analysis.primary_view: matched), whose copyright verdict is planted
+    # apart from the own view's (Δ 0.990, Δ − Φ 0.940).
+    assert "Every finding below is read in the **matched** view (`analysis.primary_view`" in reading
+    assert "HarmBench-copyright capture at the matched threshold spans Δ = 0.777 [0.700, 0.850]" in reading
+    assert "Δ = 0.990" not in reading
     assert "Φ = 0.050 [0.010, 0.100]" in reading
-    assert "0.940 [0.880, 0.980]: its interval lies above 0" in reading
+    assert "0.727 [0.650, 0.800]: its interval lies above 0" in reading
+    # The base rate per view, and in which views each finding of the study holds.
+    assert "own 0.957 [0.900, 0.990]; matched 0.410 [0.050, 0.700]; ranked -0.120 [-0.500, 0.300]" in reading
+    assert "flag 2.0% (`large-E2`) to 11.0% (`small-E1`) of the reference" in reading
+    assert (
+        "Holds in: ranked. (own contradicts, matched contradicts, ranked agrees) (`load_contrast`)" in reading
+    )
+    assert "Holds in: own, matched, ranked." in reading
     # The load contrast's difference straddles 0: no claim either way.
     assert "0.060 [-0.080, 0.190]: its interval includes 0" in reading
     assert "`harmbench_copyright` (top, tested top, p = 0.00476, stable in 93.0% of resamples)" in reading
@@ -157,9 +172,21 @@ def test_per_benchmark_span_and_contamination(run):
     per_benchmark = _section(text, "## Scores per benchmark")
     assert "0.812 [0.723, 0.880]" in _row(per_benchmark, "harmbench_copyright")
     span = _section(text, "## Label-supervision span")
-    assert "0.900 [0.860, 0.940]" in _row(span, "harmbench_copyright")  # Δ of the first benchmark
+    # The primary (matched) view: the own Δ 0.900 lowered by the planted 0.1.
+    assert "0.800 [0.760, 0.840]" in _row(span, "harmbench_copyright")  # Δ of the first benchmark
     assert "0.050 [0.030, 0.070]" in _row(span, "harmbench_copyright")  # its Φ
     assert "| harmbench_copyright | policy | policy | 1.000 | cap |" in span  # load, study load, swing
+    # Every view side by side: Δ and Φ of copyright in the own, matched and ranked views.
+    views = _section(text, "## Three views of every score")
+    assert _row(views, "harmbench_copyright") == (
+        "| harmbench_copyright | policy | 1.000 | 0.900 [0.860, 0.940] | 0.050 | 0.800 [0.760, 0.840] | 0.050 "
+        "| 0.700 [0.660, 0.740] | 0.050 |"
+    )
+    assert "| copyright Δ − Φ | 0.940 [0.880, 0.980] — copyright span exceeds the seed noise floor |" in views
+    assert "![Δ_b and Φ_b per benchmark in each view](figures/spans_by_view.png)" in views
+    assert (
+        "| small-E1 | 0.020 [0.010, 0.040] | 0.600 [0.550, 0.660] | 0.900 | 0.400 [0.300, 0.500] |" in views
+    )
     wildguard = _row(span, "wildguard_benign")
     assert wildguard.count("—") >= 3  # no swing, no seed recipe: Φ and its max absent, not zero
     per_scale = _row(span[span.index("### Per scale") :], "harmbench_standard")
@@ -226,7 +253,8 @@ def test_plot_tables(run):
 def test_figures_are_byte_identical_across_runs(run, tmp_path):
     layout, _ = run
     figures = layout.path("figure", figure="x").parent
-    first = {name: (figures / name).read_bytes() for name in ("span_vs_floor.png", "cap_vs_overref.png")}
+    names = ("span_vs_floor.png", "cap_vs_overref.png", "spans_by_view.png")
+    first = {name: (figures / name).read_bytes() for name in names}
     assert all(data.startswith(b"\x89PNG") and len(data) > 5000 for data in first.values())
     second_root = tmp_path / "again"
     again = write_synthetic_run(second_root)
@@ -249,7 +277,9 @@ def test_optional_inputs_absent(tmp_path):
     assert "The heatmap `reports/figures/agreement_heatmap.png` is absent." in text
     # The analysis writes a header-only noise floor when no recipe has several seeds.
     floor = layout.path("summary").parent / "noise_floor.csv"
-    floor.write_text("recipe,scale,benchmark,subset,mapping,seeds,spread,ci_low,ci_high\n", encoding="utf-8")
+    floor.write_text(
+        "recipe,scale,benchmark,subset,mapping,view,seeds,spread,ci_low,ci_high\n", encoding="utf-8"
+    )
     text = report(layout)
     assert "The seed noise floor table `reports/analysis/noise_floor.csv` has no rows" in text
     assert "no recipe at several seeds, so no seed noise floor backs the spans" in text
@@ -265,11 +295,13 @@ def test_noise_floor_table_when_present(tmp_path):
                 "benchmark": "xstest",
                 "subset": "clean",
                 "mapping": "default",
+                "view": view,
                 "seeds": "42;43;44",
                 "spread": 0.061,
                 "ci_low": 0.02,
                 "ci_high": 0.1,
             }
+            for view in ("own", "matched", "ranked")
         ]
     ).to_csv(layout.path("summary").parent / "noise_floor.csv", index=False)
     text = report(layout)
@@ -280,11 +312,15 @@ def test_noise_floor_table_when_present(tmp_path):
 def test_targets_and_competence_sections(run):
     _, text = run
     targets = _section(text, "## Targets (issue 14)")
-    assert "1 of 3 targets met" in targets
+    assert "1 of 3 targets met in the matched view" in targets
     assert (
-        "| capture | not met | 0.410 | >= 0.85 | lowest 0.410 (large-E3 on harmbench_standard) |" in targets
+        "| capture | not met | 0.410 | >= 0.85 | not met (0.410) | not measured (—) | lowest 0.410 (large-E3 on "
+        "harmbench_standard) |" in targets
     )
-    assert "| top_ranks | not measured | — | = 1.00 | policy_a_terminal was not ranked |" in targets
+    assert (
+        "| top_ranks | not measured | — | = 1.00 | not measured (—) | not measured (—) | policy_a_terminal was "
+        "not ranked |" in targets
+    )
     competence = _section(text, "## Competence on the benchmarks both policies call unsafe")
     rows = [line for line in competence.splitlines() if line.startswith("| ") and "kind" not in line]
     # Teachers first, then the branches by scale (params order) and natural branch order, seeds kept.
@@ -295,7 +331,7 @@ def test_targets_and_competence_sections(run):
         "| 0.410 [0.310, 0.460] | 0.410 [0.310, 0.460] |"
     )
     assert (
-        "**Verdict: competence, not policy.**" in competence
+        "**Verdict (matched view): competence, not policy.**" in competence
         and "`harmbench_standard` at the small scale" in competence
     )
 

@@ -1,10 +1,16 @@
 """One guard scored without the study (`guardpolicy score`): its scores with intervals, XSTest tables and its
 policy fingerprint. Pure: the guard's predictions and our policies' per-prompt labels in, tables out.
 
-Scores and XSTest reuse stage analyse's code on a one-model matrix (`matrices.build_matrices`,
-`scores.compute_draws` / `scores_table`, `xstest`), so a scored guard's numbers are computed exactly as the
-report's. Mappings use analyse's names: `default` is the guard's relaxed decision (Qwen3Guard's Controversial
-is safe; for a policy's coarse label, BOUNDARY_SAFE is safe), `boundary_unsafe` the strict one.
+Scores, XSTest and the three views reuse stage analyse's code on a one-model matrix
+(`matrices.build_matrices`, `scores.compute_draws` / `scores_table`, `xstest`, `views`), so a scored guard's
+numbers are computed exactly as the report's. Mappings use analyse's names: `default` is the guard's relaxed
+decision (Qwen3Guard's Controversial is safe; for a policy's coarse label, BOUNDARY_SAFE is safe),
+`boundary_unsafe` the strict one.
+
+**The three views** (docs/study.md, "Three views of every score"): the guard's own decisions; the guard at
+the threshold on its unsafe score that flags `matched_over_ref` of the reference (the calibration split's
+prompts every policy labels safe); and threshold-free AUROCs against the reference. The split's rows are the
+reference only: they never enter the benchmark tables (scores, XSTest, fingerprint).
 
 **The policy fingerprint.** Per benchmark, subset and mapping: how often the guard's binary decision equals
 (a) the benchmark's gold label and (b) each policy's label of the same prompt (reports/fingerprint_labels
@@ -17,17 +23,38 @@ rather than how well it finds what the benchmark calls unsafe.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from guardpolicy.analysis.agreement import BOUNDARY_CLASS
 from guardpolicy.analysis.baselines import BASELINE_KIND, GUARD_MAPPING, GUARD_SCALE
 from guardpolicy.analysis.fingerprint import binary_unsafe
-from guardpolicy.analysis.matrices import BOUNDARY_UNSAFE, DEFAULT, MAPPINGS, DatasetMatrix, build_matrices
-from guardpolicy.analysis.scores import compute_draws, scores_table
+from guardpolicy.analysis.matrices import (
+    BOUNDARY_UNSAFE,
+    DEFAULT,
+    MAPPINGS,
+    SPLIT,
+    SPLIT_PREFIX,
+    DatasetMatrix,
+    build_matrices,
+)
+from guardpolicy.analysis.scores import ROLE_MEANS, DrawStore, compute_draws, scores_table
+from guardpolicy.analysis.sensitivity import primary_metric
 from guardpolicy.analysis.stats import wilson_interval
+from guardpolicy.analysis.views import (
+    VIEW_SCORE_COLUMNS,
+    VIEWS,
+    Reference,
+    Thresholds,
+    matched_thresholds,
+    reference_of,
+    view_scores_table,
+    view_stores,
+)
 from guardpolicy.analysis.xstest import (
     PAIR_COLUMNS,
     TYPE_COLUMNS,
@@ -66,28 +93,134 @@ def model_info(model: str, guard: str) -> pd.DataFrame:
     )
 
 
+def split_rows(predictions: pd.DataFrame) -> np.ndarray:
+    """[n] bool: the rows of a split (`split:<name>`), which are the views' reference, not a benchmark."""
+    return predictions["dataset"].astype(str).str.startswith(SPLIT_PREFIX).to_numpy()
+
+
+def reference_unsafe_labels(taxonomy: Taxonomy) -> dict[str, tuple[str, ...]]:
+    """Mapping -> the coarse classes that count as unsafe there, as stage analyse marks the split's
+    agreed-safe and agreed-unsafe prompts (BOUNDARY_SAFE is unsafe under `boundary_unsafe` only)."""
+    return {
+        DEFAULT: tuple(taxonomy.unsafe_classes),
+        BOUNDARY_UNSAFE: tuple(dict.fromkeys((*taxonomy.unsafe_classes, BOUNDARY_CLASS))),
+    }
+
+
 def guard_matrices(
-    predictions: pd.DataFrame, model: str, label_kinds: dict[str, str], file: str
+    predictions: pd.DataFrame,
+    model: str,
+    label_kinds: dict[str, str],
+    file: str,
+    policies: Sequence[str] = (),
+    unsafe_labels: Mapping[str, Sequence[str]] | None = None,
 ) -> list[DatasetMatrix]:
-    """The guard's predictions as one matrix per benchmark (one model column)."""
-    _, matrices = build_matrices({model: predictions}, label_kinds, {model: file}, [])
+    """The guard's predictions as one matrix per dataset (one model column). A split's matrix marks the
+    prompts every one of `policies` labels safe / unsafe under `unsafe_labels` (the views' reference)."""
+    _, matrices = build_matrices({model: predictions}, label_kinds, {model: file}, policies, unsafe_labels)
     return matrices
 
 
+def guard_store(matrices: Sequence[DatasetMatrix], model: str, *, samples: int, seed: int) -> DrawStore:
+    """The own view: every metric of the guard's decisions per benchmark, subset and mapping, bootstrapped as
+    stage analyse does (the generator named by seed, benchmark and subset)."""
+    return compute_draws([model], matrices, samples, seed)
+
+
 def guard_scores(
-    matrices: Sequence[DatasetMatrix],
-    model: str,
-    guard: str,
-    *,
-    samples: int,
-    seed: int,
-    confidence: float,
-    wilson_max_n: int,
+    store: DrawStore, model: str, guard: str, *, confidence: float, wilson_max_n: int
 ) -> pd.DataFrame:
     """scores.csv's rows for the guard: every metric per benchmark, subset and mapping with its interval
     (percentile bootstrap, Wilson for single-class rates), plus the headline means."""
-    store = compute_draws([model], matrices, samples, seed)
     return scores_table(store, model_info(model, guard), confidence, wilson_max_n)
+
+
+@dataclass(frozen=True)
+class GuardViews:
+    """The guard's three views: view_scores.csv's rows, the reference they were read against and the matched
+    threshold per mapping (row 0 the point, rows 1..B the calibration split's resamples)."""
+
+    table: pd.DataFrame
+    reference: Reference
+    thresholds: dict[str, Thresholds]
+
+    def unscored(self, mapping: str) -> int:
+        """Reference prompts (either side) the guard decided but gave no unsafe score for: a guard served
+        without log-probabilities has none, and then no matched or ranked value."""
+        matrix = self.reference.matrix
+        sides = self.reference.safe(mapping) | self.reference.unsafe(mapping)
+        decided = matrix.valid_mask(mapping)[:, 0]
+        return int((sides & decided & ~np.isfinite(matrix.scores[mapping][:, 0])).sum())
+
+
+def guard_views(
+    own: DrawStore,
+    benchmarks: Sequence[DatasetMatrix],
+    reference_matrices: Sequence[DatasetMatrix],
+    scores: pd.DataFrame,
+    model: str,
+    guard: str,
+    *,
+    calibration_split: str,
+    matched_over_ref: float,
+    primary_metrics: Mapping[str, str],
+    seed: int,
+    confidence: float,
+) -> GuardViews:
+    """The guard's own, matched and ranked scores (`views.view_scores_table` on the one-model store `own`).
+
+    `reference_matrices`: the matrix of split `calibration_split` (`guard_matrices` with every policy and
+    `reference_unsafe_labels`); `scores`: the guard's scores.csv rows (the own view's); `primary_metrics`:
+    params `analysis.primary_metric` (a mixed set's primary metric). The reference is resampled with `own`'s
+    B and `seed`, so replicate r of every view joins the same benchmark resample r.
+    """
+    reference = reference_of(reference_matrices, calibration_split, matched_over_ref, own.samples, seed)
+    thresholds = {mapping: matched_thresholds(reference, mapping, 1) for mapping in MAPPINGS}
+    stores = view_stores(own, benchmarks, reference, thresholds, seed)
+    primary = {
+        m.name: primary_metric(m.name, m.role, primary_metrics) for m in benchmarks if m.role != SPLIT
+    }
+    table = view_scores_table(stores, scores, model_info(model, guard), primary, reference, confidence)
+    return GuardViews(table, reference, thresholds)
+
+
+def empty_view_scores() -> pd.DataFrame:
+    """view_scores.csv without rows: the views were not computed (`score.views: own`)."""
+    return pd.DataFrame(columns=list(VIEW_SCORE_COLUMNS))
+
+
+def view_means(views: GuardViews, subset: str, mapping: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """View -> role (harmful, benign) -> the headline mean of view_scores (`mean:harmful` / `mean:benign` on
+    `subset` and `mapping`): its metric, value, interval, prompts and reference prompts."""
+    table = views.table
+    chosen = table[(table["subset"] == subset) & (table["mapping"] == mapping)]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for view in VIEWS:
+        rows = chosen[chosen["view"] == view]
+        means = {}
+        for role, (name, _) in ROLE_MEANS.items():
+            row = rows[rows["benchmark"] == name]
+            if row.empty:
+                continue
+            r = row.iloc[0]
+            means[role] = {
+                "metric": r["metric"],
+                "value": r["value"],
+                "ci_low": r["ci_low"],
+                "ci_high": r["ci_high"],
+                "interval": r["interval"],
+                "n": int(r["n"]),
+                "n_reference": int(r["n_reference"]),
+            }
+        out[view] = means
+    return out
+
+
+def matched_point(views: GuardViews, mapping: str) -> dict[str, float]:
+    """The matched threshold on the whole reference (no resample) and the share of it flagged there."""
+    threshold = views.thresholds[mapping]
+    return {"threshold": float(threshold.values[0, 0]), "flag_rate": float(threshold.rates[0, 0])}
+
 
 
 def guard_xstest(

@@ -88,6 +88,11 @@ class ScoreConfig:
     # The headline subset: clean (needs the audit's decontaminated benchmarks) or full. Both are tabled
     # when the clean benchmarks are read; `full` opts out of reading them.
     subset: Literal["clean", "full"] = "clean"
+    # Which views of every score (docs/study.md, "Three views of every score"): `all` = own, matched and
+    # ranked, which reads the calibration split (params analysis.calibration_split: its prompts, from the
+    # pool, and every policy's labels of them) and scores the guard on it as the reference; `own` opts out
+    # of the split: the guard's own decisions only (the card says why there are no matched or ranked views).
+    views: Literal["all", "own"] = "all"
     # The mapping of the headline and of the XSTest tables (both mappings are always in scores.csv).
     mapping: Literal["relaxed", "strict"] = "relaxed"
     failure_policy: Literal["unsafe", "safe", "exclude"] = "exclude"

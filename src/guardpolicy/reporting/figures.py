@@ -1,4 +1,5 @@
-"""The report's figures: Δ_b beside Φ_b per benchmark, and mean CAP vs mean OVER-REF per model.
+"""The report's figures: Δ_b beside Φ_b per benchmark (in the primary view, and in every view side by side),
+and mean CAP vs mean OVER-REF per model.
 
 Pure: tables in, PNG bytes out. Bytes are identical for the same tables (Agg backend, fixed size and dpi,
 fixed colours and markers, no software/date metadata), so DVC sees a figure change only when its data does.
@@ -190,6 +191,57 @@ def score_fingerprint_png(fingerprint: pd.DataFrame, subset: str, mapping: str, 
         from matplotlib.patches import Patch
 
         handles = [Patch(color=colours[ref], label=ref) for ref in references]
+        axes.legend(handles=handles, loc="lower right", fontsize=8)
+        figure.tight_layout()
+        return _png(figure)
+    finally:
+        plt.close(figure)
+
+
+# One colour per view of the scores (own, matched, ranked).
+VIEW_COLOURS = {"own": "#7f7f7f", "matched": "#1f77b4", "ranked": "#2ca02c"}
+
+
+def spans_by_view_png(span: pd.DataFrame, benchmarks: list[str]) -> bytes:
+    """Per benchmark, the three views side by side: Δ_b (solid) and Φ_b (hatched) in each view's colour, with
+    their intervals.
+
+    `span`: span.csv's rows at the headline subset and mapping, every view (columns benchmark, view, delta,
+    delta_ci_low, delta_ci_high, phi, phi_ci_low, phi_ci_high); `benchmarks`: the order to draw, top to
+    bottom. The own and matched views are rates, the ranked view AUROCs: one axis, [0, 1], serves all three.
+    """
+    plt = _pyplot()
+    views = [view for view in VIEW_COLOURS if view in set(span["view"])]
+    by = span.set_index(["benchmark", "view"])
+    n = len(benchmarks)
+    bar = 0.8 / (2 * max(1, len(views)))
+    figure, axes = plt.subplots(figsize=(7.5, max(3.0, 0.9 * n + 1.5)), dpi=FIGURE_DPI)
+    try:
+        for i, benchmark in enumerate(benchmarks):
+            top = n - 1 - i + 0.4  # first benchmark at the top
+            for j, view in enumerate(views):
+                if (benchmark, view) not in by.index:
+                    continue
+                r = by.loc[(benchmark, view)]
+                colour = VIEW_COLOURS[view]
+                for k, (name, style) in enumerate((("delta", {"color": colour}), ("phi", {}))):
+                    y = top - bar * (2 * j + k + 0.5)
+                    value = float(r[name]) if pd.notna(r[name]) else math.nan
+                    if math.isnan(value):
+                        continue
+                    if name == "phi":
+                        style = {"color": "white", "edgecolor": colour, "hatch": "///"}
+                    axes.barh(y, value, height=bar, **style)
+                    below, above = _error(value, float(r[f"{name}_ci_low"]), float(r[f"{name}_ci_high"]))
+                    axes.errorbar(value, y, xerr=[[below], [above]], fmt="none", ecolor="black", capsize=2)
+        axes.set_yticks(range(n), labels=benchmarks[::-1])
+        axes.set_xlim(0.0, 1.05)
+        axes.set_xlabel("score range over branches (own, matched: rates; ranked: AUROC)")
+        axes.set_title("Δ_b (solid) and Φ_b (hatched) in each view")
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=c, label=view) for view, c in VIEW_COLOURS.items() if view in views]
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="Φ_b"))
         axes.legend(handles=handles, loc="lower right", fontsize=8)
         figure.tight_layout()
         return _png(figure)

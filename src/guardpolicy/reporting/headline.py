@@ -13,6 +13,7 @@ import pandas as pd
 
 from guardpolicy.analysis.baselines import GUARD_MAPPING
 from guardpolicy.analysis.scores import MEAN_BENIGN, MEAN_HARMFUL
+from guardpolicy.analysis.views import OWN
 from guardpolicy.baselines import MODEL_PREFIX
 from guardpolicy.errors import InputError
 from guardpolicy.layout import relative_path
@@ -28,14 +29,25 @@ XSTEST_BENCHMARK = "xstest"
 LOAD_ORDER = ("policy", "capability", "other")
 
 
-def headline_rows(frame: pd.DataFrame, subset: str, mapping: str) -> pd.DataFrame:
-    """Rows of a table at the headline subset and mapping (tables without those columns pass through)."""
+def headline_rows(frame: pd.DataFrame, subset: str, mapping: str, view: str | None = None) -> pd.DataFrame:
+    """Rows of a table at the headline subset and mapping, and in `view` where the table has a row per view
+    (tables without those columns pass through). A table with a `view` column needs the view named: a
+    section that forgot it would silently mix the three views."""
     keep = pd.Series(True, index=frame.index)
     if "subset" in frame.columns:
         keep &= frame["subset"] == subset
     if "mapping" in frame.columns:
         keep &= frame["mapping"] == mapping
+    if "view" in frame.columns:
+        if view is None:
+            raise ValueError(f"the table has a row per view ({sorted(set(frame['view']))}): name the view")
+        keep &= frame["view"] == view
     return frame[keep]
+
+
+def every_view(frame: pd.DataFrame, subset: str, mapping: str) -> pd.DataFrame:
+    """Rows of a table with a row per view at the headline subset and mapping, every view."""
+    return frame[(frame["subset"] == subset) & (frame["mapping"] == mapping)]
 
 
 def benchmark_roles(benchmarks: pd.DataFrame, subset: str) -> dict[str, str]:
@@ -162,25 +174,29 @@ def branch_scores_table(headline: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def span_headline(span: pd.DataFrame, subset: str, mapping: str) -> pd.DataFrame:
-    """span.csv at the headline subset and mapping, ordered policy-load, capability-load, other, by Δ."""
-    rows = headline_rows(span, subset, mapping).copy()
+def span_headline(span: pd.DataFrame, subset: str, mapping: str, view: str) -> pd.DataFrame:
+    """span.csv at the headline subset and mapping in `view`, ordered policy-load, capability-load, other,
+    by Δ."""
+    rows = headline_rows(span, subset, mapping, view).copy()
     rows["_load"] = rows["load"].map({name: i for i, name in enumerate(LOAD_ORDER)}).fillna(len(LOAD_ORDER))
     rows = rows.sort_values(["_load", "delta", "benchmark"], ascending=[True, False, True])
     return rows.drop(columns="_load").reset_index(drop=True)
 
 
-def span_plot_table(span: pd.DataFrame, subset: str, mapping: str) -> pd.DataFrame:
-    """The tidy `reports/plots/span.csv` (DVC plots): benchmark, delta, phi."""
-    table = span_headline(span, subset, mapping)[["benchmark", "delta", "phi"]].copy()
+def span_plot_table(span: pd.DataFrame, subset: str, mapping: str, view: str) -> pd.DataFrame:
+    """The tidy `reports/plots/span.csv` (DVC plots): benchmark, delta, phi in `view` (the primary one)."""
+    table = span_headline(span, subset, mapping, view)[["benchmark", "delta", "phi"]].copy()
     for column in ("delta", "phi"):
         table[column] = table[column].astype(float).round(6)
     return table
 
 
 def primary_metrics(span: pd.DataFrame, roles: dict[str, str]) -> dict[str, str]:
-    """Each benchmark's primary metric: span.csv's choice, else cap on harmful sets and over_ref on others."""
+    """Each benchmark's primary metric at its own decisions: span.csv's choice (its own-view rows), else cap
+    on harmful sets and over_ref on others."""
     chosen = {b: ("cap" if role == "harmful" else "over_ref") for b, role in roles.items()}
+    if "view" in span.columns:
+        span = span[span["view"] == OWN]
     for benchmark, metric in zip(span["benchmark"], span["primary_metric"], strict=True):
         chosen[str(benchmark)] = str(metric)
     return chosen

@@ -7,6 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from guardpolicy.analysis.views import OWN
+from guardpolicy.metrics import COPYRIGHT_BENCHMARK
+
 
 @dataclass(frozen=True)
 class ReportInputs:
@@ -61,10 +64,31 @@ class ReportInputs:
     # configured guard its registry / run facts (model_id, revision, family, backend, model).
     calibration: pd.DataFrame | None = None
     guards: dict[str, dict[str, str]] = field(default_factory=dict)
+    # analysis.primary_view: the view the Reading leads with (fixed in params before the run); the matched and
+    # ranked views' verdicts are summary.json `views`, their scores view_scores.csv, the flag rates on the
+    # reference base_rate.csv (None: absent, an analysis older than the views).
+    primary_view: str = OWN
+    # analysis.targets: the copyright benchmark and the rank set expected on top of it.
+    copyright_benchmark: str = COPYRIGHT_BENCHMARK
+    top_set: str | None = None
+    view_scores: pd.DataFrame | None = None
+    base_rate: pd.DataFrame | None = None
     # Figure name -> link relative to REPORT.md (None: the figure is absent).
     figure_links: dict[str, str | None] = field(default_factory=dict)
     # Input name -> path as given to the stage, for sentences naming an absent file.
     sources: dict[str, str] = field(default_factory=dict)
+
+    def view_summary(self, view: str) -> dict[str, Any]:
+        """summary.json as one view reads it: its verdict blocks (`views.<view>`; the top level is the own
+        view's) over the blocks every view shares (competence settings, correlations, ...)."""
+        if view == OWN:
+            return self.summary
+        return {**self.summary, **((self.summary.get("views") or {}).get(view) or {})}
+
+    @property
+    def primary(self) -> dict[str, Any]:
+        """summary.json in the primary view."""
+        return self.view_summary(self.primary_view)
 
     @property
     def headline(self) -> pd.DataFrame:

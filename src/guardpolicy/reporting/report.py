@@ -26,12 +26,14 @@ from guardpolicy.reporting.sections.rank import correlation_section, rank_test_s
 from guardpolicy.reporting.sections.reading import reading_section
 from guardpolicy.reporting.sections.span import span_section
 from guardpolicy.reporting.sections.table1 import per_benchmark_section, table1_section
+from guardpolicy.reporting.sections.views import views_section
 from guardpolicy.reporting.sections.xstest import xstest_section
 
 SECTIONS: tuple[Callable[[ReportInputs], list[str]], ...] = (
     header_section,
     reading_section,
     targets_section,
+    views_section,
     table1_section,
     per_benchmark_section,
     competence_section,

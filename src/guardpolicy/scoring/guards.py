@@ -1,5 +1,5 @@
 """Which guard `guardpolicy score` runs and under what name: an entry of params `score.guards` (the stage
-form) or the command line's flags, never both; and which subsets it is scored on."""
+form) or the command line's flags, never both; which subsets it is scored on and which views computed."""
 
 from __future__ import annotations
 
@@ -70,6 +70,17 @@ def scored_subset(subsets: str | None, settings: ScoreConfig) -> str:
     if subsets not in (None, "full", "clean"):
         raise ConfigError(f"--subsets: `full` (opt out of the clean subset) or `clean`, got {subsets!r}")
     return subsets or settings.subset
+
+
+def scored_views(views: str | None, settings: ScoreConfig) -> str:
+    """Which views are computed: `views` (`own` opts out of the calibration split and so of the matched and
+    ranked views; `all`: every view) or params `score.views`."""
+    if views not in (None, "all", "own"):
+        raise ConfigError(
+            f"--views: `own` (opt out of the matched and ranked views, which need the calibration split) or "
+            f"`all`, got {views!r}"
+        )
+    return views or settings.views
 
 
 def score_guard_name(configured: str | None, name: str | None, config: ScoreGuardConfig) -> str:

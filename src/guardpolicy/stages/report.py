@@ -36,10 +36,11 @@ from guardpolicy.config.teachers import TEACHERS, TeacherConfig
 from guardpolicy.errors import InputError
 from guardpolicy.io import atomic_path, read_json, write_text
 from guardpolicy.layout import Layout
-from guardpolicy.reporting.figures import cap_vs_overref_png, span_vs_floor_png
+from guardpolicy.reporting.figures import cap_vs_overref_png, span_vs_floor_png, spans_by_view_png
 from guardpolicy.reporting.headline import (
     branch_headlines,
     branch_scores_table,
+    every_view,
     span_headline,
     span_plot_table,
 )
@@ -187,6 +188,8 @@ def report(layout: Layout | None = None) -> str:
     }
     calibration_path = layout.path("analysis_table", table="calibration")
     calibration = read_table(calibration_path, "calibration", analyse) if calibration_path.is_file() else None
+    base_rate_path = layout.path("analysis_table", table="base_rate")
+    base_rate = read_table(base_rate_path, "base_rate", analyse) if base_rate_path.is_file() else None
     noise_floor_path = layout.path("analysis_table", table="noise_floor")
     noise_floor = read_table(noise_floor_path, "noise_floor", analyse) if noise_floor_path.is_file() else None
     fingerprint_path = Path(fingerprint_file)
@@ -222,9 +225,17 @@ def report(layout: Layout | None = None) -> str:
     headline = headlines[analysis_params.mapping]
     seed = params.active.seed
     markdown = out
+    primary_view = analysis_params.primary_view
+    primary_spans = span_headline(
+        tables["span"], analysis_params.subset, analysis_params.mapping, primary_view
+    )
+    _write_png(layout.path("figure", figure="span_vs_floor"), span_vs_floor_png(primary_spans))
     _write_png(
-        layout.path("figure", figure="span_vs_floor"),
-        span_vs_floor_png(span_headline(tables["span"], analysis_params.subset, analysis_params.mapping)),
+        layout.path("figure", figure="spans_by_view"),
+        spans_by_view_png(
+            every_view(tables["span"], analysis_params.subset, analysis_params.mapping),
+            list(primary_spans["benchmark"]),
+        ),
     )
     _write_png(
         layout.path("figure", figure="cap_vs_overref"),
@@ -233,7 +244,7 @@ def report(layout: Layout | None = None) -> str:
     _write_csv(layout.path("plot_table", plot="branch_scores"), branch_scores_table(headline))
     _write_csv(
         layout.path("plot_table", plot="span"),
-        span_plot_table(tables["span"], analysis_params.subset, analysis_params.mapping),
+        span_plot_table(tables["span"], analysis_params.subset, analysis_params.mapping, primary_view),
     )
 
     heatmap = Path(agreement_heatmap)
@@ -280,10 +291,15 @@ def report(layout: Layout | None = None) -> str:
         competence=tables["competence"],
         tradeoff=tables["tradeoff"],
         calibration=calibration,
+        primary_view=primary_view,
+        copyright_benchmark=analysis_params.targets.copyright_benchmark,
+        top_set=analysis_params.targets.top_set,
+        base_rate=base_rate,
         guards=guard_facts(params.baselines),
         figure_links={
             "span_vs_floor": _link(layout.path("figure", figure="span_vs_floor"), markdown),
             "cap_vs_overref": _link(layout.path("figure", figure="cap_vs_overref"), markdown),
+            "spans_by_view": _link(layout.path("figure", figure="spans_by_view"), markdown),
             "agreement_heatmap": _link(heatmap, markdown) if heatmap.is_file() else None,
         },
         # Relative to the root: the report names its sources, and must read the same wherever it is built.
@@ -294,10 +310,11 @@ def report(layout: Layout | None = None) -> str:
             "noise_floor": layout.relative("analysis_table", table="noise_floor"),
             "fingerprint": layout.relative("fingerprint"),
             "calibration": layout.relative("analysis_table", table="calibration"),
+            "base_rate": layout.relative("analysis_table", table="base_rate"),
             "agreement_heatmap": layout.relative("figure", figure="agreement_heatmap"),
         },
     )
     text = render_report(inputs)
     write_text(markdown, text)
-    log.info("report: wrote %s, 2 figures and 2 plot tables", markdown)
+    log.info("report: wrote %s, 3 figures and 2 plot tables", markdown)
     return text

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from guardpolicy.analysis.scores import MEAN_PREFIX
+from guardpolicy.analysis.views import VIEWS
 from guardpolicy.reporting.formatting import (
     MISSING,
     fmt,
@@ -21,16 +22,19 @@ from guardpolicy.reporting.inputs import ReportInputs
 
 
 def targets_section(inputs: ReportInputs) -> list[str]:
-    targets = inputs.summary.get("targets") or {}
+    targets = inputs.primary.get("targets") or {}
     title = "## Targets (issue 14)"
     if not targets:
         return [title, "", "The analysis reports no targets (summary.json predates them).", ""]
+    by_view = inputs.summary.get("targets_views") or {}
+    others = [view for view in VIEWS if view != inputs.primary_view and by_view]
     rows = [
         [
             name,
             str(e.get("status", MISSING)),
             e["value"] if isinstance(e.get("value"), str) else fmt(e.get("value")),
             f"{e.get('comparison', '')} {fmt(e.get('threshold'), 2)}",
+            *(_view_status(by_view.get(name) or {}, view) for view in others),
             str(e.get("detail") or MISSING),
         ]
         for name, e in targets.items()
@@ -39,14 +43,22 @@ def targets_section(inputs: ReportInputs) -> list[str]:
     return [
         title,
         "",
-        f"{met} of {len(targets)} targets met (params `analysis.targets`; values measured by the analysis, "
-        f"subset `{inputs.subset}`, mapping `{inputs.mapping}`). *not measured*: this run lacks what the "
-        "target needs.",
+        f"{met} of {len(targets)} targets met in the {inputs.primary_view} view (`analysis.primary_view`; "
+        f"params `analysis.targets`; values measured by the analysis, subset `{inputs.subset}`, mapping "
+        f"`{inputs.mapping}`), the other views' status and value beside. *not measured*: this run or view "
+        "lacks what the target needs.",
         "",
-        *markdown_table(["target", "status", "value", "bar", "measured"], rows, "llrll"),
+        *markdown_table(
+            ["target", "status", "value", "bar", *others, "measured"], rows, "llrl" + "l" * len(others) + "l"
+        ),
         "",
         *_tradeoff_note(inputs.summary),
     ]
+
+
+def _view_status(entry: dict[str, Any], view: str) -> str:
+    """A target's status in another view and its value there (targets_views)."""
+    return f"{entry.get(view, MISSING)} ({fmt(entry.get(f'{view}_value'))})"
 
 
 def _tradeoff_note(summary: dict[str, Any]) -> list[str]:
@@ -213,7 +225,7 @@ def _competence_verdicts(inputs: ReportInputs) -> list[str]:
     table = inputs.span_scale
     if table is None:
         return []
-    chosen = headline_rows(table, inputs.subset, inputs.mapping)
+    chosen = headline_rows(table, inputs.subset, inputs.mapping, inputs.primary_view)
     flagged = chosen[chosen["verdict"].astype(str).str.startswith("competence:")]
     if chosen["verdict"].astype(str).str.startswith("undetermined").all():
         return [
@@ -234,7 +246,7 @@ def _competence_verdicts(inputs: ReportInputs) -> list[str]:
         for _, r in flagged.sort_values(["benchmark", "scale"]).iterrows()
     ]
     return [
-        "**Verdict: competence, not policy.** The policies agree on these benchmarks, yet the branches' "
-        f"span exceeds what seed noise alone gives them: {'; '.join(items)}.",
+        f"**Verdict ({inputs.primary_view} view): competence, not policy.** The policies agree on these "
+        f"benchmarks, yet the branches' span exceeds what seed noise alone gives them: {'; '.join(items)}.",
         "",
     ]

@@ -22,7 +22,8 @@ from guardpolicy.reporting.inputs import ReportInputs
 def reading_rank(inputs: ReportInputs) -> str:
     """The Reading's rank-test finding: per branch set and scale, the benchmarks on which it takes the
     expected extreme ranks, then the hits chance alone gives (summary.json `rank_tests`, `rank_chance`)."""
-    summary, rank_test = inputs.summary, inputs.rank_test
+    summary = inputs.primary
+    rank_test = headline_rows(inputs.rank_test, inputs.subset, inputs.mapping, inputs.primary_view)
     tests = summary.get("rank_tests") or {}
     chance = summary.get("rank_chance") or {}
     alpha = fmt_p(chance.get("alpha"))
@@ -62,9 +63,9 @@ def reading_rank(inputs: ReportInputs) -> str:
         else ""
     )
     return (
-        "**Rank test.** Under exchangeable branches, a given set of k of n branches takes the k top (or "
-        "bottom) ranks with chance 1/C(n, k): p = 1/C(n, k) where params fix the direction beforehand, "
-        "2/C(n, k) otherwise. " + "; ".join(sentences) + "." + expected
+        f"**Rank test** ({inputs.primary_view} view). Under exchangeable branches, a given set of k of n "
+        "branches takes the k top (or bottom) ranks with chance 1/C(n, k): p = 1/C(n, k) where params fix "
+        "the direction beforehand, 2/C(n, k) otherwise. " + "; ".join(sentences) + "." + expected
     )
 
 
@@ -94,7 +95,8 @@ def reading_correlations(inputs: ReportInputs) -> str:
         f"**Correlations.** Spearman ρ between VAL (accuracy against `{inputs.val_policy}` labels) and the "
         "models' agreement on each load group's benchmarks (fingerprint grouping) — with "
         f"`{inputs.val_policy}`'s own labels of the benchmark prompts (the study's construct) and with each "
-        "benchmark's gold — with its p-value (the analysis gives no interval for ρ): "
+        "benchmark's gold — with its p-value (the analysis gives no interval for ρ; own view only: agreement "
+        "is read at the models' own decisions): "
         + "; ".join(parts)
         + ". A policy-load ρ well above the capability-load ρ says validation accuracy tracks the policy, "
         "not detection capability."
@@ -102,7 +104,7 @@ def reading_correlations(inputs: ReportInputs) -> str:
 
 
 def rank_test_section(inputs: ReportInputs) -> list[str]:
-    tests = headline_rows(inputs.rank_test, inputs.subset, inputs.mapping)
+    tests = headline_rows(inputs.rank_test, inputs.subset, inputs.mapping, inputs.primary_view)
     tests = tests.sort_values(["set_name", "scale", "p_value", "benchmark"])
     rows = [
         [
@@ -119,9 +121,14 @@ def rank_test_section(inputs: ReportInputs) -> list[str]:
         ]
         for _, r in tests.iterrows()
     ]
-    chance = inputs.summary.get("rank_chance") or {}
+    chance = inputs.primary.get("rank_chance") or {}
     return [
         "## Rank tests",
+        "",
+        f"In the {inputs.primary_view} view (`analysis.primary_view`); each view's tests are in "
+        "`reports/analysis/rank_test.csv`, the copyright ones side by side in “Three views of every score”. "
+        "In the ranked view a benign set's AUROC runs opposite to its over-refusal, so its pre-registered "
+        "direction flips there.",
         "",
         "Exact permutation test of whether the set takes all k top or bottom ranks of a benchmark's "
         "primary metric among the n branches of a scale. direction: fixed in params "

@@ -11,11 +11,13 @@ from typing import Any
 
 import pandas as pd
 
+from guardpolicy.analysis.views import VIEWS
 from guardpolicy.metrics import COPYRIGHT_BENCHMARK
 from guardpolicy.reporting.formatting import MISSING, fmt, fmt_ci, fmt_count, fmt_p, is_missing, names
 from guardpolicy.reporting.inputs import ReportInputs
 from guardpolicy.reporting.sections.header import present_and_missing
 from guardpolicy.reporting.sections.rank import reading_correlations, reading_rank
+from guardpolicy.reporting.sections.views import SCORE_WORDS, reading_base_rate, views_intro
 
 
 def _interval_reading(low: Any, high: Any) -> str:
@@ -33,24 +35,25 @@ def _verdict(entry: dict[str, Any]) -> str:
     return f" Analysis verdict: “{entry['verdict']}”." if entry.get("verdict") else ""
 
 
-def _reading_copyright(summary: dict[str, Any]) -> str:
+def _reading_copyright(summary: dict[str, Any], view: str) -> str:
     c = summary.get("copyright_vs_noise") or {}
     title = "**Copyright span vs seed noise.**"
+    score = f"HarmBench-copyright {SCORE_WORDS.get(view, 'capture')}"
     if is_missing(c.get("delta")):
-        return f"{title} No span of HarmBench-copyright capture was measured in this run.{_verdict(c)}"
+        return f"{title} No span of {score} was measured in this run.{_verdict(c)}"
     delta = fmt_ci(c.get("delta"), c.get("delta_ci_low"), c.get("delta_ci_high"))
     if is_missing(c.get("phi")):
         return (
-            f"{title} HarmBench-copyright capture spans Δ = {delta} across branches, but no seed triple "
+            f"{title} {score} spans Δ = {delta} across branches, but no seed triple "
             f"measured its noise floor Φ, so this run cannot say whether that span exceeds seed noise."
             f"{_verdict(c)}"
         )
     phi = fmt_ci(c.get("phi"), c.get("phi_ci_low"), c.get("phi_ci_high"))
     difference = fmt_ci(c.get("difference"), c.get("difference_ci_low"), c.get("difference_ci_high"))
     meaning = {
-        "above": "its interval lies above 0, so the copyright capture spans a wider range across branches "
+        "above": "its interval lies above 0, so the copyright score spans a wider range across branches "
         "than seeds alone move it",
-        "below": "its interval lies below 0: seeds alone move the copyright capture more than branches do",
+        "below": "its interval lies below 0: seeds alone move the copyright score more than branches do",
         "includes": "its interval includes 0, so this run cannot tell the branch span from seed noise",
         "unknown": "the analysis gives no interval for it, so no conclusion is drawn",
     }[_interval_reading(c.get("difference_ci_low"), c.get("difference_ci_high"))]
@@ -60,7 +63,7 @@ def _reading_copyright(summary: dict[str, Any]) -> str:
         else ""
     )
     return (
-        f"{title} HarmBench-copyright capture spans Δ = {delta} across branches; the seed noise floor is "
+        f"{title} {score} spans Δ = {delta} across branches; the seed noise floor is "
         f"Φ = {phi}{recipes}. The difference Δ − Φ is {difference}: {meaning}.{_verdict(c)}"
         f"{_per_scale(summary, COPYRIGHT_BENCHMARK)}"
     )
@@ -168,17 +171,27 @@ def _reading_competence(summary: dict[str, Any]) -> str:
     return f"{head} None of them exceeds what seed noise alone gives the branches."
 
 
-def _reading_study(summary: dict[str, Any]) -> list[str]:
-    study = summary.get("study") or {}
+def _reading_study(inputs: ReportInputs) -> list[str]:
+    study = inputs.primary.get("study") or {}
     if not study:
         return []
-    lines = ["", "**Against the study.** Each finding of the study, as this run's analysis reads it:", ""]
+    by_view = inputs.summary.get("study_views") or {}
+    lines = [
+        "",
+        f"**Against the study.** Each finding of the study, as this run's analysis reads it in the "
+        f"{inputs.primary_view} view, and the views it holds in (own, matched, ranked):",
+        "",
+    ]
     for name, e in study.items():
         reading = e.get("reading", MISSING)
+        views = by_view.get(name) or {}
+        holds = views.get("holds_in")
+        where = f" Holds in: {holds.replace(',', ', ')}." if holds else " Holds in no view." if views else ""
+        statuses = ", ".join(f"{view} {views[view]}" for view in VIEWS if view in views)
+        detail = f" ({statuses})" if statuses else ""
         # A contradiction is set in bold, so it cannot be read past.
-        lines.append(
-            f"- **{reading}** (`{name}`)" if e.get("status") == "contradicts" else f"- {reading} (`{name}`)"
-        )
+        text = f"**{reading}**" if e.get("status") == "contradicts" else reading
+        lines.append(f"- {text}{where}{detail} (`{name}`)")
     return lines
 
 
@@ -240,18 +253,22 @@ def _caveats(inputs: ReportInputs) -> list[str]:
 
 
 def reading_section(inputs: ReportInputs) -> list[str]:
+    primary = inputs.primary
     lines = [
         "## Reading",
         "",
         "What this run shows and does not show, generated from the numbers below.",
         "",
-        f"- {_reading_copyright(inputs.summary)}",
-        f"- {_reading_load(inputs.summary)}",
-        f"- {_reading_swing(inputs.summary)}",
-        f"- {_reading_competence(inputs.summary)}",
+        views_intro(inputs),
+        "",
+        f"- {_reading_copyright(primary, inputs.primary_view)}",
+        f"- {_reading_load(primary)}",
+        f"- {_reading_swing(primary)}",
+        f"- {_reading_competence(primary)}",
         f"- {reading_rank(inputs)}",
         f"- {reading_correlations(inputs)}",
-        *_reading_study(inputs.summary),
+        f"- {reading_base_rate(inputs)}",
+        *_reading_study(inputs),
         "",
         "**Caveats.**",
         "",

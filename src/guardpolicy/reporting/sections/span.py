@@ -18,7 +18,7 @@ from guardpolicy.reporting.inputs import ReportInputs
 
 
 def span_section(inputs: ReportInputs) -> list[str]:
-    span = span_headline(inputs.span, inputs.subset, inputs.mapping)
+    span = span_headline(inputs.span, inputs.subset, inputs.mapping, inputs.primary_view)
     range_columns = [c for c in span.columns if c.startswith("range_")]
     header = [
         "benchmark",
@@ -48,9 +48,12 @@ def span_section(inputs: ReportInputs) -> list[str]:
                 fmt_count(r["n_recipes"]),
             ]
         )
-    c = inputs.summary.get("load_contrast") or {}
+    c = inputs.primary.get("load_contrast") or {}
     lines = [
         "## Label-supervision span Δ_b beside the seed noise floor Φ_b",
+        "",
+        f"In the {inputs.primary_view} view (`analysis.primary_view`); every view side by side: “Three views "
+        "of every score”.",
         "",
         "Δ_b: the mean over scales of the range (max − min over branches) of the benchmark's primary metric. "
         "Φ_b: the median over the recipes trained at several seeds of each one's spread of that metric, with "
@@ -83,7 +86,7 @@ def _span_scale(inputs: ReportInputs) -> list[str]:
     if table is None:
         source = inputs.sources.get("span_scale", relative_path("analysis_table", table="span_scale"))
         return [title, "", f"`{source}` is absent, so Δ is not compared with Φ per scale.", ""]
-    chosen = headline_rows(table, inputs.subset, inputs.mapping).copy()
+    chosen = headline_rows(table, inputs.subset, inputs.mapping, inputs.primary_view).copy()
     chosen["_scale"] = [inputs.scale_rank(str(x)) for x in chosen["scale"]]
     chosen = chosen.sort_values(["benchmark", "_scale"])
     rows = [
@@ -123,6 +126,7 @@ def _swing_table(inputs: ReportInputs) -> list[str]:
     table = inputs.swing_vs_span
     if table is None or table.empty:
         return []
+    table = headline_rows(table, inputs.subset, inputs.mapping, inputs.primary_view)
     rows = [
         [
             r["scale"],
@@ -153,7 +157,7 @@ def _noise_floor(inputs: ReportInputs) -> list[str]:
             f"The seed noise floor table `{source}` is absent, so no per-recipe seed spread is reported.",
             "",
         ]
-    rows_here = headline_rows(floor, inputs.subset, inputs.mapping)
+    rows_here = headline_rows(floor, inputs.subset, inputs.mapping, inputs.primary_view)
     if rows_here.empty:
         return [
             f"The seed noise floor table `{source}` has no rows (no recipe was trained at several seeds), "
