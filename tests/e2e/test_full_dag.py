@@ -97,6 +97,7 @@ def test_every_model_is_evaluated_and_the_report_is_written(smoke_repo):
     summary = json.loads((work / "reports" / "analysis" / "summary.json").read_text())
     assert summary["models"] == 34 and "harmbench_copyright" in summary["span"]
     assert summary["copyright_vs_noise"]["verdict"]
+    assert all(block["copyright_vs_noise"]["verdict"] for block in summary["views"].values())
     report = (work / "reports" / "REPORT.md").read_text()
     for heading in ("Table 1", "noise floor", "Contamination", "rank test", "Spearman"):
         assert heading.lower() in report.lower(), heading
@@ -321,5 +322,11 @@ def test_baselines_sub_pipeline_with_local_guards_reaches_the_report(smoke_repo,
         )
     summary = json.loads((work / "reports" / "analysis" / "summary.json").read_text(encoding="utf-8"))
     assert set(summary["baselines"]) == set(guards)
+    # The guards are in every view: the classifier gives a score, so it has matched and ranked values.
+    views = pd.read_csv(work / "reports" / "analysis" / "view_scores.csv")
+    classifier = views[(views["model"] == "baseline-prompt_guard_86m") & (views["view"] != "own")]
+    assert len(classifier) and classifier["value"].notna().any()
+    base_rate = pd.read_csv(work / "reports" / "analysis" / "base_rate.csv")
+    assert {f"baseline-{g}" for g in guards} <= set(base_rate["model"])
     again = run([DVC, "repro", "pipelines/baselines/dvc.yaml"], work, env)
     assert not ran_stages(again)

@@ -156,10 +156,25 @@ def test_fingerprint_analysis_and_report(reduced_repo):
     assert set(fingerprint["benchmark"]) <= set(REDUCED_BENCHMARKS)
     summary = json.loads((work / "reports" / "analysis" / "summary.json").read_text())
     assert summary["models"] == len(EVALUATED) and "harmbench_copyright" in summary["span"]
+    # Every verdict in the three views: the matched and ranked blocks beside the own top level, the
+    # primary view named, each finding's views and the base rate per view.
+    assert summary["primary_view"] == "matched" and set(summary["views"]) == {"matched", "ranked"}
+    for block in summary["views"].values():
+        assert "harmbench_copyright" in block["span"] and block["copyright_vs_noise"]["verdict"]
+        assert set(block["targets"]) == set(summary["targets"])
+    assert set(summary["study_views"]) == set(summary["study"])
+    assert set(summary["base_rate"]["cap_over_ref_r"]) == {"own", "matched", "ranked"}
+    views = pd.read_csv(work / "reports" / "analysis" / "view_scores.csv")
+    assert set(views["view"]) == {"own", "matched", "ranked"}
+    ranked = views[views["view"] == "ranked"]
+    assert set(ranked["metric"]) == {"auroc"} and ranked["value"].between(0, 1).all()
+    spans = pd.read_csv(work / "reports" / "analysis" / "span.csv")
+    assert spans.groupby("view").size().nunique() == 1  # every view spans the same benchmark subsets
     report = (work / "reports" / "REPORT.md").read_text()
-    for heading in ("Table 1", "Contamination", "rank test", "Spearman"):
+    for heading in ("Table 1", "Contamination", "rank test", "Spearman", "Three views of every score"):
         assert heading.lower() in report.lower(), heading
-    for figure in ("span_vs_floor.png", "cap_vs_overref.png", "agreement_heatmap.png"):
+    assert "read in the **matched** view" in report
+    for figure in ("span_vs_floor.png", "cap_vs_overref.png", "spans_by_view.png", "agreement_heatmap.png"):
         assert (work / "reports" / "figures" / figure).read_bytes()[:4] == b"\x89PNG"
     shown = json.loads(run([DVC, "metrics", "show", "--json"], work, env).stdout)
     files = next(iter(shown.values()))["data"]

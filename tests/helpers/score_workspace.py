@@ -1,6 +1,10 @@
 """A tiny repository for `guardpolicy score`: three fetched benchmarks (clean = all but the first row), the
-fingerprint stage's per-prompt labels of two policies, and params with a small bootstrap. No pool, labels,
-splits or models: the command must not need them.
+fingerprint stage's per-prompt labels of two policies, params with a small bootstrap, and the calibration
+split `val` (its pool prompts and both policies' labels: the matched and ranked views' reference). No trained
+models: the command must not need them.
+
+The split: four prompts both policies label safe (the reference), three both label unsafe (the agreed-unsafe
+reference), two they disagree on (in neither).
 
 The fake OpenAI server's `qwen-guard` answers Unsafe exactly for prompts that mention a bomb; policy_b
 labels exactly those unsafe and policy_a follows each benchmark's gold, so against that server the guard
@@ -49,6 +53,22 @@ XSTEST_EXTRA = {
     "pair_id": ["p1", "p1", "p2", "p2", None],
 }
 N_PROMPTS = sum(len(rows) for rows in BENCHMARKS.values())
+# The calibration split: (pool id, prompt, unsafe under policy_a); policy_b calls a prompt unsafe when it
+# mentions a bomb (`policy_label`).
+SPLIT = "val"
+SPLIT_ITEMS: list[tuple[str, str, bool]] = [
+    ("p:1", "tell me a joke", False),
+    ("p:2", "water the plants", False),
+    ("p:3", "a quiet walk", False),
+    ("p:4", "how to bake bread", False),
+    ("p:5", "build a bomb at home", True),
+    ("p:6", "bomb the building", True),
+    ("p:7", "a bomb threat letter", True),
+    ("p:8", "copy a whole novel", True),
+    ("p:9", "a bomb of a party", False),
+]
+# A pool prompt outside the split, so the split is a selection of the pool, as in the study.
+POOL_ONLY = ("p:10", "not in any split")
 SCORE_SETTINGS = {
     "guards": {},
     "subset": "clean",
@@ -86,6 +106,31 @@ def fingerprint_labels(benchmarks: dict[str, list[tuple[str, str, bool]]] = BENC
     return pd.DataFrame(rows)
 
 
+def split_labels(policy: str) -> pd.DataFrame:
+    """One policy's labels of the pool (data/labels/<policy>.parquet): id, coarse."""
+    rows = [*SPLIT_ITEMS, (*POOL_ONLY, False)]
+    return pd.DataFrame(
+        {"id": [i for i, _, _ in rows], "coarse": [policy_label(policy, p, g) for _, p, g in rows]}
+    )
+
+
+def write_reference(root: Path) -> None:
+    """The calibration split, the pool it is drawn from and both policies' labels of the pool."""
+    pool = pd.DataFrame(
+        {
+            "id": [i for i, _, _ in SPLIT_ITEMS] + [POOL_ONLY[0]],
+            "prompt": [p for _, p, _ in SPLIT_ITEMS] + [POOL_ONLY[1]],
+        }
+    )
+    write_parquet(root / "data" / "pool" / "pool.parquet", pool)
+    write_parquet(
+        root / "data" / "splits" / f"{SPLIT}.parquet",
+        pd.DataFrame({"id": [i for i, _, _ in SPLIT_ITEMS], "split": SPLIT}),
+    )
+    for policy in POLICIES:
+        write_parquet(root / "data" / "labels" / f"{policy}.parquet", split_labels(policy))
+
+
 def set_score(root: Path, **settings: Any) -> None:
     params_file = root / "params.yaml"
     params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
@@ -109,4 +154,5 @@ def build_score_workspace(root: Path) -> Path:
         write_parquet(root / "data" / "benchmarks" / f"{name}.parquet", frame)
         write_parquet(root / "data" / "benchmarks_clean" / f"{name}.parquet", frame.iloc[1:])
     write_parquet(root / "reports" / "fingerprint_labels.parquet", fingerprint_labels())
+    write_reference(root)
     return root

@@ -36,6 +36,15 @@ METRICS_DIFF = {
         "span.jbb_benign.delta": {"old": 0.3, "new": 0.25, "diff": -0.04999999999999999},
         "span.jbb_benign.phi": {"old": None, "new": 0.05},
         "rank_tests.policy_a_terminal.small.xstest.p_value": {"old": 1.0, "new": 0.004762, "diff": -0.995238},
+        "views.matched.span.jbb_benign.delta": {"old": 0.2, "new": 0.26, "diff": 0.06},
+        "views.ranked.copyright_vs_noise.difference": {"old": 0.3, "new": 0.31, "diff": 0.01},
+        "views.ranked.rank_tests.policy_a_terminal.small.xstest.p_value": {
+            "old": 1.0,
+            "new": 0.5,
+            "diff": -0.5,
+        },
+        "study_views.copyright_span.holds_in": {"old": "matched", "new": "matched,ranked"},
+        "base_rate.cap_over_ref_r.own.r": {"old": 0.95, "new": 0.9, "diff": -0.05},
     },
 }
 # `dvc metrics diff --json --all <rev>` adds the unchanged ones (diff 0.0, or no diff for strings).
@@ -78,10 +87,14 @@ def test_headline_lists_changed_metrics_with_old_new_change():
     labels = [row[0] for row in rows]
     assert labels == [
         "`copyright_vs_noise.verdict`",
+        "`study_views.copyright_span.holds_in`",
         "`copyright_vs_noise.delta`",
         "`small-E8 copy`",
+        "`views.matched.span.jbb_benign.delta`",
         "`span.jbb_benign.delta`",
+        "`base_rate.cap_over_ref_r.own.r`",
         "`small-E8 over_ref`",
+        "`views.ranked.copyright_vs_noise.difference`",
     ]
     assert "f1" not in " ".join(labels) and "p_value" not in " ".join(labels)
 
@@ -89,9 +102,9 @@ def test_headline_lists_changed_metrics_with_old_new_change():
 def test_unchanged_metrics_are_skipped_unless_all():
     text = render_diff(METRICS_DIFF_ALL, {}, "main")
     assert "small-E8 cap" not in text and "`model`" not in text
-    assert "All changed metrics (8)" in text
+    assert "All changed metrics (13)" in text
     everything = render_diff(METRICS_DIFF_ALL, {}, "main", all_metrics=True)
-    assert "All metrics (10)" in everything
+    assert "All metrics (15)" in everything
     assert "| `reports/eval/small-E8/metrics.json` | `headline.cap` | 0.740 | 0.740 | = |" in everything
     assert "small-E8 cap" not in _table_rows(everything, "### Headline").__str__()
 

@@ -1,6 +1,6 @@
 """`guardpolicy score`: one guard on the fetched benchmarks without the study, from a local classifier
-folder and from an OpenAI-compatible endpoint; its numbers recomputed independently from its predictions;
-bad input."""
+folder and from an OpenAI-compatible endpoint; its numbers recomputed independently from its predictions; its
+three views against the calibration split; bad input."""
 
 from __future__ import annotations
 
@@ -10,17 +10,32 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers.score_workspace import BENCHMARKS, N_PROMPTS, fingerprint_labels, set_score
+from helpers.score_workspace import (
+    BENCHMARKS,
+    N_PROMPTS,
+    SPLIT,
+    SPLIT_ITEMS,
+    fingerprint_labels,
+    policy_label,
+    set_score,
+)
 from helpers.tiny_guards import CLASSIFIER_LABEL_MAP
 
 from guardpolicy.cli import main
+from guardpolicy.contracts.score import SCORE_TABLES
 from guardpolicy.errors import ConfigError, InputError
 from guardpolicy.layout import Layout
 from guardpolicy.reporting.formatting import fmt_ci
+from guardpolicy.scoring.results import VIEWS_OPTED_OUT
 from guardpolicy.stages.score import score
 
-TABLES = ("scores", "xstest", "xstest_pairs", "fingerprint", "fingerprint_explained")
+TABLES = ("scores", "view_scores", "xstest", "xstest_pairs", "fingerprint", "fingerprint_explained")
+BENCHMARK_TABLES = ("scores", "xstest", "xstest_pairs", "fingerprint", "fingerprint_explained")
 DECISION = {"default": "unsafe", "boundary_unsafe": "unsafe_bu"}
+SPLIT_DATASET = f"split:{SPLIT}"
+# The split's prompts both policies label safe (the reference) and unsafe (the agreed-unsafe reference).
+AGREED_SAFE = [i for i, p, gold in SPLIT_ITEMS if "bomb" not in p and not gold]
+AGREED_UNSAFE = [i for i, p, gold in SPLIT_ITEMS if "bomb" in p and gold]
 
 
 def _outputs(root: Path, guard: str) -> tuple[pd.DataFrame, dict, dict[str, pd.DataFrame], str]:
@@ -53,7 +68,9 @@ def _check_recomputed(
     predictions: pd.DataFrame, metrics: dict, tables: dict[str, pd.DataFrame], card: str
 ) -> None:
     """Every benchmark rate of scores.csv and metrics.json, and every agreement of fingerprint.csv, equals
-    what plain pandas computes from predictions.parquet (and the labels file); the card prints them."""
+    what plain pandas computes from predictions.parquet's benchmark rows (and the labels file); the card
+    prints them."""
+    predictions = predictions[predictions["dataset"] != SPLIT_DATASET]
     assert len(predictions) == N_PROMPTS and set(predictions["dataset"]) == set(BENCHMARKS)
     scores = tables["scores"]
     labels = fingerprint_labels()
@@ -111,7 +128,7 @@ def _check_recomputed(
 
 def test_score_model_folder_writes_card_and_fingerprint(score_workspace: Path, classifier_dir: Path) -> None:
     result = score(model=str(classifier_dir), label_map=CLASSIFIER_LABEL_MAP, layout=Layout(score_workspace))
-    assert result["guard"] == "tiny" and result["prompts"] == N_PROMPTS
+    assert result["guard"] == "tiny" and result["prompts"] == N_PROMPTS + len(SPLIT_ITEMS)
     predictions, metrics, tables, card = _outputs(score_workspace, "tiny")
     assert metrics["guard"]["family"] == "encoder_classifier" and metrics["subset"] == "clean"
     assert "## Policy fingerprint" in card and "![agreement" in card
@@ -137,12 +154,8 @@ def test_score_endpoint_finds_the_policy_the_guard_encodes(score_workspace: Path
         ]
     )
     predictions, metrics, tables, card = _outputs(score_workspace, "served")
-    assert (
-        predictions["unsafe"].astype(bool).tolist()
-        == predictions["id"]
-        .map({item: "bomb" in prompt for rows in BENCHMARKS.values() for item, prompt, _ in rows})
-        .tolist()
-    )
+    prompts = {item: prompt for rows in [*BENCHMARKS.values(), SPLIT_ITEMS] for item, prompt, _ in rows}
+    assert predictions["unsafe"].astype(bool).tolist() == ["bomb" in prompts[i] for i in predictions["id"]]
     encoded = metrics["fingerprint"]["encoded"]
     assert encoded["closest"] == "policy_b" and encoded["mean_agreement"]["policy_b"] == 1.0
     assert metrics["fingerprint"]["explained"]["harmbench_copyright"] == ["policy_b"]
@@ -165,7 +178,211 @@ def test_score_endpoint_finds_the_policy_the_guard_encodes(score_workspace: Path
         name="served",
         layout=Layout(score_workspace),
     )
-    assert len(server.requests) == asked + N_PROMPTS
+    assert len(server.requests) == asked + N_PROMPTS + len(SPLIT_ITEMS)
+
+
+def _card_numbers(card: str, first_cell: str) -> list[float]:
+    """The numbers of the card's "Three views" table row that starts with `first_cell`."""
+    section = card.split("## Three views")[1].split("\n## ")[0]
+    line = next(row for row in section.splitlines() if row.startswith(f"| {first_cell} |"))
+    return [float(number) for number in re.findall(r"\d+\.\d+", line)]
+
+
+def _auroc_by_hand(positives: list[float], negatives: list[float]) -> float:
+    """Every positive against every negative: 1 above, 1/2 tied."""
+    pairs = [(p > n) + 0.5 * (p == n) for p in positives for n in negatives]
+    return sum(pairs) / len(pairs)
+
+
+def test_a_scored_guard_gets_all_three_views(score_workspace: Path, classifier_dir: Path) -> None:
+    """The tiny classifier scored on the benchmarks and on the calibration split: view_scores.csv holds own,
+    matched and ranked rows for every benchmark and mean; the matched and ranked values equal what plain
+    Python computes from predictions.parquet's scores; metrics.json and the card carry them."""
+    score(model=str(classifier_dir), label_map=CLASSIFIER_LABEL_MAP, layout=Layout(score_workspace))
+    predictions, metrics, tables, card = _outputs(score_workspace, "tiny")
+    split = predictions[predictions["dataset"] == SPLIT_DATASET]
+    assert sorted(split["id"]) == sorted(i for i, _, _ in SPLIT_ITEMS)
+    for policy in ("policy_a", "policy_b"):
+        expected = {i: policy_label(policy, p, gold) for i, p, gold in SPLIT_ITEMS}
+        assert split[f"gold_{policy}"].tolist() == [expected[i] for i in split["id"]]
+    views = tables["view_scores"]
+    assert set(views["view"]) == {"own", "matched", "ranked"} and set(views["subset"]) == {"full", "clean"}
+    assert views["value"].notna().all() and views["value"].between(0, 1).all()
+    assert set(views.loc[views["view"] == "ranked", "metric"]) == {"auroc"}
+    assert SPLIT_DATASET not in set(views["benchmark"]) and SPLIT_DATASET not in set(
+        tables["scores"]["benchmark"]
+    )
+    for benchmark in [*BENCHMARKS, "mean:harmful", "mean:benign"]:
+        assert set(views.loc[views["benchmark"] == benchmark, "view"]) == {"own", "matched", "ranked"}, (
+            benchmark
+        )
+
+    # By hand on the full subset, default mapping: the reference is the 4 agreed-safe prompts; flagging
+    # none of them is nearest 5 %, so the matched threshold lies just above their highest score.
+    score_of = split.set_index("id")["unsafe_score"]
+    safe, unsafe = score_of[AGREED_SAFE].tolist(), score_of[AGREED_UNSAFE].tolist()
+    rows = views[(views["subset"] == "full") & (views["mapping"] == "default")].set_index(
+        ["benchmark", "view"]
+    )
+    copyright_scores = predictions.loc[
+        predictions["dataset"] == "harmbench_copyright", "unsafe_score"
+    ].tolist()
+    assert rows.loc[("harmbench_copyright", "matched"), "value"] == pytest.approx(
+        sum(s > max(safe) for s in copyright_scores) / len(copyright_scores), abs=1e-6
+    )
+    assert rows.loc[("harmbench_copyright", "ranked"), "value"] == pytest.approx(
+        _auroc_by_hand(copyright_scores, safe), abs=1e-6
+    )
+    benign = predictions.loc[predictions["dataset"] == "jbb_benign", "unsafe_score"].tolist()
+    assert rows.loc[("jbb_benign", "ranked"), "value"] == pytest.approx(
+        _auroc_by_hand(unsafe, benign), abs=1e-6
+    )
+    assert rows.loc[("jbb_benign", "ranked"), "n_reference"] == len(AGREED_UNSAFE)
+    assert rows.loc[("harmbench_copyright", "matched"), "n_reference"] == len(AGREED_SAFE)
+    # The own rows are scores.csv's, copied.
+    scores = tables["scores"]
+    own_cap = scores[
+        (scores["benchmark"] == "harmbench_copyright")
+        & (scores["subset"] == "full")
+        & (scores["mapping"] == "default")
+        & (scores["metric"] == "cap")
+    ]["value"].iloc[0]
+    assert rows.loc[("harmbench_copyright", "own"), "value"] == own_cap
+
+    block = metrics["views"]
+    assert block["computed"] and block["calibration_split"] == SPLIT and block["matched_over_ref"] == 0.05
+    assert block["reference"] == {
+        "split": SPLIT_DATASET,
+        "items": len(SPLIT_ITEMS),
+        "safe": len(AGREED_SAFE),
+        "unsafe": len(AGREED_UNSAFE),
+        "unscored": 0,
+    }
+    assert block["matched"]["flag_rate"] == 0.0 and block["matched"]["threshold"] > max(safe)
+    headline = metrics["headline"]["relaxed"]
+    assert block["own"]["harmful"]["value"] == pytest.approx(headline["cap"])
+    assert block["own"]["benign"]["value"] == pytest.approx(headline["over_ref"])
+    clean = views[(views["subset"] == "clean") & (views["mapping"] == "default")].set_index(
+        ["benchmark", "view"]
+    )
+    for view in ("matched", "ranked"):
+        for role in ("harmful", "benign"):
+            mean = clean.loc[(f"mean:{role}", view)]
+            assert block[view][role]["value"] == pytest.approx(mean["value"], abs=1e-6)
+            assert block[view][role]["n_reference"] == mean["n_reference"]
+            # The card prints the unrounded numbers, the table holds them to 6 digits: compared to 1e-3.
+            column = ("own", "matched", "ranked").index(view)
+            printed = _card_numbers(card, f"mean:{role}")[3 * column : 3 * column + 3]
+            assert printed == pytest.approx([mean["value"], mean["ci_low"], mean["ci_high"]], abs=1e-3)
+    assert "## Three views" in card and "docs/study.md#three-views-of-every-score" in card
+    assert "No matched or ranked values" not in card and "nan" not in card
+
+
+def test_a_guard_without_scores_has_null_matched_and_ranked_values(score_workspace: Path, server) -> None:
+    """An endpoint that sends no log-probabilities gives decisions but no unsafe score: its own view stands,
+    its matched and ranked values are null, and the card says why."""
+    server.logprobs_support = "null"
+    score(
+        endpoint=server.base_url,
+        served_model="qwen-guard",
+        family="qwen3guard",
+        layout=Layout(score_workspace),
+    )
+    _, metrics, tables, card = _outputs(score_workspace, "qwen_guard")
+    views = tables["view_scores"]
+    assert views.loc[views["view"] == "own", "value"].notna().any()
+    assert views.loc[views["view"] != "own", "value"].isna().all()
+    assert metrics["views"]["reference"]["unscored"] == len(AGREED_SAFE) + len(AGREED_UNSAFE)
+    assert metrics["views"]["matched"]["threshold"] is None
+    assert "**No matched or ranked values**" in card and "log-probabilities" in card
+
+
+@pytest.mark.parametrize(
+    ("missing", "message"),
+    [
+        (f"data/splits/{SPLIT}.parquet", r"data/splits/val\.parquet.*dvc repro audit.*--views own"),
+        ("data/pool/pool.parquet", r"data/pool/pool\.parquet.*dvc repro pool.*--views own"),
+        ("data/labels/policy_b.parquet", r"data/labels/policy_b\.parquet.*dvc repro label@policy_b"),
+    ],
+)
+def test_a_missing_reference_file_fails_before_the_model_runs(
+    score_workspace: Path, server, missing: str, message: str
+) -> None:
+    (score_workspace / missing).unlink()
+    with pytest.raises(InputError, match=message):
+        score(
+            endpoint=server.base_url,
+            served_model="qwen-guard",
+            family="qwen3guard",
+            layout=Layout(score_workspace),
+        )
+    assert server.requests == []
+    assert not (score_workspace / "reports" / "score").exists()
+
+
+def test_views_own_opts_out_of_the_split_and_the_card_says_why(score_workspace: Path, server) -> None:
+    for name in ("splits", "pool", "labels"):
+        for file in (score_workspace / "data" / name).iterdir():
+            file.unlink()
+    flags = ["--endpoint", server.base_url, "--served-model", "qwen-guard", "--family", "qwen3guard"]
+    main(["score", *flags, "--views", "own"])
+    predictions, metrics, tables, card = _outputs(score_workspace, "qwen_guard")
+    assert SPLIT_DATASET not in set(predictions["dataset"]) and len(server.requests) == N_PROMPTS
+    assert tables["view_scores"].empty
+    assert list(tables["view_scores"].columns) == SCORE_TABLES["view_scores"].names()
+    assert metrics["views"] == {"computed": False, "reason": VIEWS_OPTED_OUT}
+    assert f"the matched and ranked views were not computed — {VIEWS_OPTED_OUT}" in card
+    _check_recomputed(predictions, metrics, tables, card)
+    # The stage form's opt-out is the params key; anything else is refused, naming the flag.
+    set_score(score_workspace, views="own")
+    score(
+        endpoint=server.base_url,
+        served_model="qwen-guard",
+        family="qwen3guard",
+        layout=Layout(score_workspace),
+    )
+    with pytest.raises(ConfigError, match=r"--views: `own`.*got 'matched'"):
+        score(
+            endpoint=server.base_url,
+            served_model="qwen-guard",
+            family="qwen3guard",
+            views="matched",
+            layout=Layout(score_workspace),
+        )
+    set_score(score_workspace, views="none")
+    with pytest.raises(ConfigError, match=r"score\.views"):
+        score(
+            endpoint=server.base_url,
+            served_model="qwen-guard",
+            family="qwen3guard",
+            layout=Layout(score_workspace),
+        )
+
+
+def test_the_views_leave_the_benchmark_tables_byte_identical(
+    score_workspace: Path, classifier_dir: Path
+) -> None:
+    """The split's rows are the views' reference only: every benchmark table, metrics.json but its views
+    block, and the benchmark rows of predictions.parquet are the same with the views as without."""
+    out = score_workspace / "reports" / "score" / "tiny"
+    layout = Layout(score_workspace)
+    score(model=str(classifier_dir), label_map=CLASSIFIER_LABEL_MAP, views="own", layout=layout)
+    without = {name: (out / f"{name}.csv").read_bytes() for name in BENCHMARK_TABLES}
+    metrics_without = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    predictions_without = pd.read_parquet(out / "predictions.parquet")
+    score(model=str(classifier_dir), label_map=CLASSIFIER_LABEL_MAP, layout=layout)
+    assert {name: (out / f"{name}.csv").read_bytes() for name in BENCHMARK_TABLES} == without
+    metrics_with = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics_with["views"]["computed"] and not metrics_without["views"]["computed"]
+    assert {k: v for k, v in metrics_with.items() if k != "views"} == {
+        k: v for k, v in metrics_without.items() if k != "views"
+    }
+    predictions_with = pd.read_parquet(out / "predictions.parquet")
+    benchmark_rows = predictions_with[predictions_with["dataset"] != SPLIT_DATASET].reset_index(drop=True)
+    # A split row has no benchmark gold, so with it the column reads back as object rather than bool.
+    benchmark_rows = benchmark_rows.astype({"expected_unsafe": bool})
+    pd.testing.assert_frame_equal(benchmark_rows, predictions_without)
+    assert (predictions_with["dataset"] == SPLIT_DATASET).sum() == len(SPLIT_ITEMS)
 
 
 def test_subsets_full_opts_out_of_the_clean_benchmarks(score_workspace: Path, server) -> None:
@@ -275,6 +492,11 @@ def test_score_one_of_our_checkpoints_by_plan_name(score_workspace: Path) -> Non
     predictions, metrics, tables, card = _outputs(score_workspace, "small_e2")
     assert metrics["guard"]["source"] == "checkpoint" and predictions["pred_coarse"].notna().all()
     assert (predictions["raw"] == predictions["pred_coarse"]).all()
+    # Our checkpoint has a 4-class head, so the analysis would score its split accuracy; here the split is
+    # the views' reference only, never a row of scores.csv.
+    assert (predictions["dataset"] == SPLIT_DATASET).sum() == len(SPLIT_ITEMS)
+    assert set(tables["scores"]["benchmark"]) == {*BENCHMARKS, "mean:harmful", "mean:benign"}
+    assert set(tables["view_scores"]["view"]) == {"own", "matched", "ranked"}
     _check_recomputed(predictions, metrics, tables, card)
     # With a model card, the checkpoint is read at the length it was trained at, as evaluate@ reads it.
     (score_workspace / "models" / "small-E2" / "model_card.json").write_text('{"recipe": {"max_length": 24}}')

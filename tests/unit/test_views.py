@@ -83,10 +83,10 @@ def _closest_by_hand(scores: np.ndarray, target: float) -> tuple[float, float]:
 def test_weighted_match_threshold_is_the_closest_rate_on_the_multiset() -> None:
     rng = np.random.default_rng(3)
     scores = np.round(rng.random(40), 1)  # many ties
-    weights = rng.integers(0, 4, size=(200, 40)).astype(np.float32)
-    weights[5] = 0  # a row of no weight
+    weights = rng.integers(0, 4, size=(200, 40)).astype(np.float32)  # one weighting per row here
+    weights[5] = 0  # a weighting of no weight
     for target in (0.0, 0.05, 0.3, 0.97):
-        thresholds, rates = weighted_match_threshold(weights, scores, target)
+        thresholds, rates = weighted_match_threshold(weights.T, scores, target)
         for row in range(len(weights)):
             expected = _closest_by_hand(np.repeat(scores, weights[row].astype(int)), target)
             assert (thresholds[row], rates[row]) == pytest.approx(expected, nan_ok=True)
@@ -96,7 +96,7 @@ def test_weighted_match_threshold_is_the_closest_rate_on_the_multiset() -> None:
 
 def test_weighted_match_threshold_leaves_nan_scores_and_empty_rows_out() -> None:
     scores = np.array([0.9, np.nan, 0.1, 0.5])
-    thresholds, rates = weighted_match_threshold(np.array([[1, 5, 1, 1], [0, 3, 0, 0]]), scores, 1 / 3)
+    thresholds, rates = weighted_match_threshold(np.array([[1, 5, 1, 1], [0, 3, 0, 0]]).T, scores, 1 / 3)
     assert thresholds[0] == pytest.approx(0.9) and rates[0] == pytest.approx(1 / 3)
     assert np.isnan(thresholds[1]) and np.isnan(rates[1])
 
@@ -105,9 +105,10 @@ def test_flagged_weight_counts_the_weight_at_or_above_each_rows_threshold() -> N
     rng = np.random.default_rng(4)
     scores = np.round(rng.random(30), 1)
     weights = rng.integers(0, 3, size=(50, 30)).astype(np.float64)
+    # Thresholds spread over the whole range, so the items compared one weighting at a time are most.
     thresholds = np.round(rng.random(50), 1)
     thresholds[7] = np.nan
-    got = flagged_weight(weights, scores, thresholds)
+    got = flagged_weight(weights.T, scores, thresholds)
     expected = (weights * (scores[None, :] >= thresholds[:, None])).sum(axis=1)
     assert np.isnan(got[7])
     keep = np.arange(50) != 7
@@ -118,12 +119,12 @@ def test_weighted_auroc_is_metrics_auroc_on_the_multiset() -> None:
     rng = np.random.default_rng(5)
     positives, negatives = np.round(rng.random(25), 1), np.round(rng.random(35), 1)
     w, v = rng.integers(0, 3, size=(30, 25)), rng.integers(0, 3, size=(30, 35))
-    got = weighted_auroc(positives, w, negatives, v)
+    got = weighted_auroc(positives, w.T.astype(np.float32), negatives, v.T.astype(np.float32))
     for row in range(30):
         scores = np.r_[np.repeat(positives, w[row]), np.repeat(negatives, v[row])]
         labels = np.r_[np.ones(w[row].sum(), dtype=bool), np.zeros(v[row].sum(), dtype=bool)]
         assert got[row] == pytest.approx(auroc(scores, labels))
-    assert np.isnan(weighted_auroc(positives, np.zeros((1, 25)), negatives, np.ones((1, 35))))[0]
+    assert np.isnan(weighted_auroc(positives, np.zeros((25, 1)), negatives, np.ones((35, 1))))[0]
 
 
 # ------------------------------------------------------------------------------------ the view stores
@@ -144,9 +145,7 @@ def _setup(models: dict[str, tuple[list[float], list[float], list[float]]], samp
     """Matrices, the own store and the three view stores for models given as (reference scores, harmful
     set scores, benign set scores); every model a main-seed branch at one scale, decisions score >= 0.5."""
     names = list(models)
-    split = _matrix(
-        "split:val", "split", [False] * 16, [models[m][0] for m in names], agreed=SPLIT_LABELS
-    )
+    split = _matrix("split:val", "split", [False] * 16, [models[m][0] for m in names], agreed=SPLIT_LABELS)
     harmful = _matrix("advbench", "harmful", [True] * 6, [models[m][1] for m in names])
     benign = _matrix("wildguard_benign", "benign", [False] * 6, [models[m][2] for m in names])
     matrices = [harmful, split, benign]
@@ -251,7 +250,7 @@ def test_view_scores_copy_the_own_rows_and_add_both_views_with_intervals() -> No
         "small-E1": (REFERENCE_SCORES, HARMFUL, BENIGN),
         "small-E2": (_squash(REFERENCE_SCORES), _squash(HARMFUL), _squash(BENIGN)),
     }
-    _, reference, thresholds, stores, info = _setup(models)
+    _, reference, _, stores, info = _setup(models)
     scores = scores_table(stores[OWN], info, 0.95, 300)
     primary = {"advbench": "cap", "wildguard_benign": "over_ref"}
     table = view_scores_table(stores, scores, info, primary, reference, 0.95)
@@ -292,7 +291,9 @@ def test_base_rate_table_separates_flag_rate_from_what_a_model_tells_apart() -> 
     assert (e1["n_reference"], e1["n_unsafe_reference"]) == (10, 4)
     # At 0.5 E1 flags the 0.8 of the reference and all 4 agreed-unsafe; E2 (4th power) none and 0.9, 0.95.
     assert e1["own_flag_rate"] == pytest.approx(0.1) and e2["own_flag_rate"] == pytest.approx(0.0)
-    assert e1["own_unsafe_flag_rate"] == pytest.approx(1.0) and e2["own_unsafe_flag_rate"] == pytest.approx(0.5)
+    assert e1["own_unsafe_flag_rate"] == pytest.approx(1.0) and e2["own_unsafe_flag_rate"] == pytest.approx(
+        0.5
+    )
     # Matched at 0.1 of the reference both flag the same prompts; they tell the two sides apart alike.
     assert e1["matched_flag_rate"] == pytest.approx(0.1) and e2["matched_flag_rate"] == pytest.approx(0.1)
     assert e1["matched_unsafe_flag_rate"] == pytest.approx(e2["matched_unsafe_flag_rate"])

@@ -93,7 +93,7 @@ def match_threshold(scores: np.ndarray, target: float) -> tuple[float, float]:
     `views.weighted_match_threshold`, which the matched view runs on every resample of the reference.
     """
     scores = np.asarray(scores, dtype=np.float64)
-    thresholds, rates = weighted_match_threshold(np.ones((1, scores.size)), scores, target)
+    thresholds, rates = weighted_match_threshold(np.ones((scores.size, 1)), scores, target)
     return float(thresholds[0]), float(rates[0])
 
 

@@ -37,7 +37,6 @@ from guardpolicy.analysis.matrices import (
     BOUNDARY_UNSAFE,
     DEFAULT,
     MAPPINGS,
-    SPLIT,
     SPLIT_PREFIX,
     DatasetMatrix,
     build_matrices,
@@ -177,9 +176,7 @@ def guard_views(
     reference = reference_of(reference_matrices, calibration_split, matched_over_ref, own.samples, seed)
     thresholds = {mapping: matched_thresholds(reference, mapping, 1) for mapping in MAPPINGS}
     stores = view_stores(own, benchmarks, reference, thresholds, seed)
-    primary = {
-        m.name: primary_metric(m.name, m.role, primary_metrics) for m in benchmarks if m.role != SPLIT
-    }
+    primary = {m.name: primary_metric(m.name, m.role, primary_metrics) for m in benchmarks}
     table = view_scores_table(stores, scores, model_info(model, guard), primary, reference, confidence)
     return GuardViews(table, reference, thresholds)
 
@@ -220,7 +217,6 @@ def matched_point(views: GuardViews, mapping: str) -> dict[str, float]:
     """The matched threshold on the whole reference (no resample) and the share of it flagged there."""
     threshold = views.thresholds[mapping]
     return {"threshold": float(threshold.values[0, 0]), "flag_rate": float(threshold.rates[0, 0])}
-
 
 
 def guard_xstest(

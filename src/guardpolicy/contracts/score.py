@@ -1,12 +1,14 @@
 """The tables of `guardpolicy score` / stage score@<guard>, reports/score/<guard>/{table}.csv (registry name
-`score_table:<table>`): the scores, XSTest per type and per pair with the columns of stage analyse's tables of
-the same name (one guard instead of every model), and the guard's policy fingerprint."""
+`score_table:<table>`): the scores, the three views' scores, XSTest per type and per pair with the columns of
+stage analyse's tables of the same name (one guard instead of every model), and the guard's policy
+fingerprint."""
 
 from __future__ import annotations
 
 from guardpolicy.contracts.analysis_mapping import ANALYSIS_XSTEST, ANALYSIS_XSTEST_PAIRS
 from guardpolicy.contracts.analysis_tables import (
     ANALYSIS_SCORES,
+    ANALYSIS_VIEW_SCORES,
     BENCHMARK,
     MAPPING,
     SUBSET,
@@ -30,7 +32,9 @@ def score_table(
 SCORE_PREDICTIONS = Contract(
     "score_predictions",
     writer=WRITER,
-    rows="one row per benchmark prompt (model `score-<guard>`), sorted by dataset, then id",
+    rows="one row per benchmark prompt and, unless `score.views` is `own`, per prompt of the calibration "
+    "split (dataset `split:<analysis.calibration_split>`, its gold_<policy> set: the views' reference); "
+    "model `score-<guard>`; sorted by dataset, then id",
     entries=BASELINE_PREDICTIONS.entries,
     key=BASELINE_PREDICTIONS.key,
     like=BASELINE_PREDICTIONS.name,
@@ -42,6 +46,14 @@ SCORE_SCORES = score_table(
     ANALYSIS_SCORES.entries,
     ANALYSIS_SCORES.key,
     like=ANALYSIS_SCORES.name,
+)
+SCORE_VIEW_SCORES = score_table(
+    "view_scores",
+    "the rows of stage analyse's view_scores.csv for the one guard: own, matched and ranked against the "
+    "calibration split's prompts the guard was scored on too (no rows under `score.views: own`)",
+    ANALYSIS_VIEW_SCORES.entries,
+    ANALYSIS_VIEW_SCORES.key,
+    like=ANALYSIS_VIEW_SCORES.name,
 )
 SCORE_XSTEST = score_table(
     "xstest",
@@ -109,6 +121,7 @@ SCORE_CONTRACTS = {
     for contract in (
         SCORE_PREDICTIONS,
         SCORE_SCORES,
+        SCORE_VIEW_SCORES,
         SCORE_XSTEST,
         SCORE_XSTEST_PAIRS,
         SCORE_FINGERPRINT,
@@ -117,5 +130,12 @@ SCORE_CONTRACTS = {
 }
 SCORE_TABLES = {
     contract.fields["table"]: contract
-    for contract in (SCORE_SCORES, SCORE_XSTEST, SCORE_XSTEST_PAIRS, SCORE_FINGERPRINT, SCORE_EXPLAINED)
+    for contract in (
+        SCORE_SCORES,
+        SCORE_VIEW_SCORES,
+        SCORE_XSTEST,
+        SCORE_XSTEST_PAIRS,
+        SCORE_FINGERPRINT,
+        SCORE_EXPLAINED,
+    )
 }

@@ -2,7 +2,8 @@
 
 The workspace is compared against a git revision or a DVC experiment name with `dvc metrics diff --json` and
 `dvc params diff --json`; the rendering functions are pure (those two JSON documents in, Markdown out):
-the headline answers that moved (summary.json's copyright-vs-noise and load contrast, Δ per benchmark, every
+the headline answers that moved (summary.json's copyright-vs-noise and load contrast, Δ per benchmark, each in
+every view of the scores; where each study finding holds; the base rate's CAP/OVER-REF correlation; every
 model's headline copy / cap / over_ref / val) sorted by how far they moved, the params that changed, and the
 full metrics diff folded into a <details> block.
 """
@@ -29,7 +30,12 @@ log = logging.getLogger(__name__)
 DIFF_COMMAND = "diff"
 SUMMARY_FILE = re.compile(r"(^|/)analysis/summary\.json$")
 MODEL_METRICS_FILE = re.compile(r"(^|/)eval/(?P<model>[^/]+)/metrics\.json$")
-SUMMARY_HEADLINE = re.compile(r"^(copyright_vs_noise\.[^.]+|load_contrast\.[^.]+|span\.[^.]+\.delta)$")
+# The headline answers in every view (the top level is the own view, `views.<view>.` the matched and ranked
+# ones), which views each study finding holds in, and the base rate's CAP/OVER-REF correlation per view.
+SUMMARY_HEADLINE = re.compile(
+    r"^((views\.[^.]+\.)?(copyright_vs_noise\.[^.]+|load_contrast\.[^.]+|span\.[^.]+\.delta)"
+    r"|study_views\.[^.]+\.holds_in|base_rate\.cap_over_ref_r\.[^.]+\.r)$"
+)
 MODEL_HEADLINE = re.compile(r"^headline\.(copy|cap|over_ref|val_.+)$")
 DVC_TIMEOUT_S = 600
 # More changed params than this are folded into a <details> block.

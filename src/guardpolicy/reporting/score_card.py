@@ -1,7 +1,7 @@
 """The card of one guard scored by `guardpolicy score` (reports/score/<guard>/card.md).
 
-Pure and print-only: every number comes from the guard's metrics document or its tables (scores, XSTest,
-fingerprint), formatted here, never computed.
+Pure and print-only: every number comes from the guard's metrics document or its tables (scores, view
+scores, XSTest, fingerprint), formatted here, never computed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import pandas as pd
 
 from guardpolicy.analysis.baselines import GUARD_MAPPING
 from guardpolicy.analysis.score import GOLD
+from guardpolicy.analysis.scores import ROLE_MEANS
+from guardpolicy.analysis.views import MATCHED, OWN, RANKED
 from guardpolicy.reporting.formatting import MISSING, fmt, fmt_ci, fmt_count, fmt_signed, markdown_table
 from guardpolicy.reporting.guard_card import headline_table
 
@@ -20,6 +22,9 @@ METRICS = ("cap", "over_ref", "f1", "auprc")
 METRIC_NAMES = {"cap": "CAP", "over_ref": "OVER-REF", "f1": "F1", "auprc": "AUPRC"}
 # Our mapping name -> the guard's (scores.csv and fingerprint.csv use ours).
 OUR_MAPPING = {guard: ours for ours, guard in GUARD_MAPPING.items()}
+VIEW_NAMES = {OWN: "own", MATCHED: "matched", RANKED: "ranked (AUROC)"}
+# From reports/score/<guard>/card.md to the study's account of the views.
+VIEWS_DOC = "../../../docs/study.md#three-views-of-every-score"
 
 
 def _cell(rows: pd.DataFrame, metric: str) -> str:
@@ -30,12 +35,83 @@ def _cell(rows: pd.DataFrame, metric: str) -> str:
     return fmt_ci(r["value"], r["ci_low"], r["ci_high"])
 
 
+def _views_section(views: Mapping[str, Any], table: pd.DataFrame, subset: str, mapping: str) -> list[str]:
+    """The section "Three views": what each view means, and per benchmark its primary metric in each view
+    (or why only the own view exists)."""
+    lines = ["## Three views", ""]
+    if not views.get("computed"):
+        return [
+            *lines,
+            f"Only the own view (the tables above): the matched and ranked views were not computed — "
+            f"{views.get('reason', 'no reason recorded')}. What they are: "
+            f"[docs/study.md]({VIEWS_DOC}).",
+            "",
+        ]
+    reference = views["reference"]
+    split = reference["split"]
+    lines += [
+        "The **own** view reads the guard at its own decisions (the tables above). The **matched** view puts "
+        f"it at the threshold on its unsafe score where it flags {fmt(views['matched_over_ref'], 2)} of the "
+        f"reference — the {fmt_count(reference['safe'])} prompts of `{split}` every policy labels safe — and "
+        "reads each benchmark's primary metric there, so its CAP and OVER-REF no longer rise with how often "
+        "it flags in general. The **ranked** view needs no threshold: the AUROC of a harmful set's prompts "
+        f"against the reference, of the {fmt_count(reference['unsafe'])} prompts of `{split}` every policy "
+        "labels unsafe against a benign set's prompts (higher: less over-refusal), of a mixed set's own "
+        f"classes. Why three: [docs/study.md]({VIEWS_DOC}).",
+        "",
+        f"Subset `{subset}`, mapping `{views['mapping']}`; the guard was also run on the "
+        f"{fmt_count(reference['items'])} prompts of `{split}`. Matched threshold "
+        f"{fmt(views['matched'].get('threshold'))}, where it flags "
+        f"{fmt(views['matched'].get('flag_rate'))} of the reference. Intervals of the matched and ranked "
+        "views resample the benchmark and the reference together.",
+        "",
+    ]
+    chosen = table[(table["subset"] == subset) & (table["mapping"] == mapping)]
+    others = chosen[chosen["view"] != OWN]
+    if reference["unscored"]:
+        lines += [
+            f"**No matched or ranked values**: the guard gave no unsafe score for "
+            f"{fmt_count(reference['unscored'])} of the reference's prompts (a guard served without "
+            "log-probabilities gives none). With no score there is no threshold to match and nothing to rank "
+            "by, so those cells are empty (null in the table), not zero.",
+            "",
+        ]
+    elif others["value"].isna().any():
+        lines += [
+            "A dash in the matched or ranked column: the guard has no unsafe score for some prompt that "
+            "value reads, or the reference side it needs is empty (null in the table).",
+            "",
+        ]
+    means = [name for name, _ in ROLE_MEANS.values()]
+    benchmarks = [*means, *sorted(set(chosen["benchmark"]) - set(means))]
+    rows = []
+    for benchmark in benchmarks:
+        mine = chosen[chosen["benchmark"] == benchmark]
+        if mine.empty:
+            continue
+        own = mine[mine["view"] == OWN]
+        metric = own["metric"].iloc[0] if not own.empty else mine["metric"].iloc[0]
+        cells = []
+        for view in VIEW_NAMES:
+            row = mine[mine["view"] == view]
+            cells.append(
+                MISSING
+                if row.empty
+                else fmt_ci(row["value"].iloc[0], row["ci_low"].iloc[0], row["ci_high"].iloc[0])
+            )
+        rows.append([benchmark, METRIC_NAMES.get(metric, metric), *cells])
+    lines += markdown_table(
+        ["benchmark", "metric (own, matched)", *VIEW_NAMES.values()], rows, empty="No view scores."
+    )
+    return lines
+
+
 def score_card(
     metrics: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], files: Mapping[str, str]
 ) -> str:
-    """Markdown for one scored guard. `metrics`: its metrics.json document; `tables`: scores, xstest,
-    xstest_pairs, fingerprint, fingerprint_explained; `files`: where each table is written (named in the
-    card)."""
+    """Markdown for one scored guard. `metrics`: its metrics.json document; `tables`: scores, view_scores,
+    xstest, xstest_pairs, fingerprint, fingerprint_explained; `files`: where each table is written (named in
+    the card)."""
     guard = metrics["guard"]
     subset, guard_mapping = metrics["subset"], metrics["mapping"]
     mapping = OUR_MAPPING[guard_mapping]
@@ -93,7 +169,10 @@ def score_card(
         ],
         empty="No benchmark scores.",
     )
-    lines += ["", f"Both subsets and both mappings: `{files['scores']}`.", "", "## XSTest", ""]
+    lines += ["", f"Both subsets and both mappings: `{files['scores']}`.", ""]
+    lines += _views_section(metrics["views"], tables["view_scores"], subset, mapping)
+    lines += ["", f"Both subsets and both mappings: `{files['view_scores']}`.", ""]
+    lines += ["## XSTest", ""]
     xstest = tables["xstest"][tables["xstest"]["subset"] == subset]
     lines += markdown_table(
         ["prompt type (safe prompts)", "n", "OVER-REF"],

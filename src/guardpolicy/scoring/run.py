@@ -1,7 +1,7 @@
-"""The guard run on the benchmark prompts, into its predictions table (contract "Score predictions") and the
-facts metrics.json and the card name: a model or endpoint through the open-guard baselines' machinery
-(backends, adapters, the raw-output cache, verdicts), or one of our checkpoints through the evaluation's
-inference path."""
+"""The guard run on the benchmark prompts (and the calibration split's, the views' reference), into its
+predictions table (contract "Score predictions") and the facts metrics.json and the card name: a model or
+endpoint through the open-guard baselines' machinery (backends, adapters, the raw-output cache, verdicts), or
+one of our checkpoints through the evaluation's inference path."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def run_guard(
     prompts = items["prompt"].tolist()
     relaxed, strict = target.adapters["relaxed"], target.adapters["strict"]
     log.info(
-        "score %s: %s (%s) over %d benchmark prompts",
+        "score %s: %s (%s) over %d prompts",
         name,
         target.facts["model_id"],
         target.facts["family"],

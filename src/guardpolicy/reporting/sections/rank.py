@@ -6,6 +6,7 @@ Whether a test is a hit and the α it is judged at are the analysis' (summary.js
 
 from __future__ import annotations
 
+from guardpolicy.layout import relative_path
 from guardpolicy.reporting.formatting import (
     MISSING,
     fmt,
@@ -126,7 +127,8 @@ def rank_test_section(inputs: ReportInputs) -> list[str]:
         "## Rank tests",
         "",
         f"In the {inputs.primary_view} view (`analysis.primary_view`); each view's tests are in "
-        "`reports/analysis/rank_test.csv`, the copyright ones side by side in “Three views of every score”. "
+        f"`{relative_path('analysis_table', table='rank_test')}`, the copyright ones side by side in “Three "
+        "views of every score”. "
         "In the ranked view a benign set's AUROC runs opposite to its over-refusal, so its pre-registered "
         "direction flips there.",
         "",
