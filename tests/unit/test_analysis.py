@@ -512,8 +512,8 @@ EXPECTED_FILES = {
     "span_scale.csv": ",".join(SPAN_SCALE_COLUMNS),
     "noise_floor.csv": "recipe,scale,benchmark,subset,mapping,view,seeds,spread,ci_low,ci_high",
     "swing_vs_span.csv": "view,scale,n_benchmarks,benchmarks,rho,p_value,ci_low,ci_high,swing_resampled,note",
-    "rank_test.csv": "benchmark,scale,subset,mapping,view,set_name,k,n,direction,extreme,p_value,null_probability,"
-    "hit,stability",
+    "rank_test.csv": "benchmark,scale,subset,mapping,view,set_name,k,n,direction,extreme,p_value,"
+    "null_probability,hit,stability",
     "correlations.csv": "scale,val_policy,grouping,load,target,rho,p_value,n_models,note",
     "headline.csv": ",".join(HEADLINE_COLUMNS),
     "competence.csv": ",".join(COMPETENCE_COLUMNS),

@@ -179,8 +179,8 @@ def test_per_benchmark_span_and_contamination(run):
     # Every view side by side: Δ and Φ of copyright in the own, matched and ranked views.
     views = _section(text, "## Three views of every score")
     assert _row(views, "harmbench_copyright") == (
-        "| harmbench_copyright | policy | 1.000 | 0.900 [0.860, 0.940] | 0.050 | 0.800 [0.760, 0.840] | 0.050 "
-        "| 0.700 [0.660, 0.740] | 0.050 |"
+        "| harmbench_copyright | policy | 1.000 | 0.900 [0.860, 0.940] | 0.050 | 0.800 [0.760, 0.840] "
+        "| 0.050 | 0.700 [0.660, 0.740] | 0.050 |"
     )
     assert "| copyright Δ − Φ | 0.940 [0.880, 0.980] — copyright span exceeds the seed noise floor |" in views
     assert "![Δ_b and Φ_b per benchmark in each view](figures/spans_by_view.png)" in views
@@ -314,12 +314,12 @@ def test_targets_and_competence_sections(run):
     targets = _section(text, "## Targets (issue 14)")
     assert "1 of 3 targets met in the matched view" in targets
     assert (
-        "| capture | not met | 0.410 | >= 0.85 | not met (0.410) | not measured (—) | lowest 0.410 (large-E3 on "
-        "harmbench_standard) |" in targets
+        "| capture | not met | 0.410 | >= 0.85 | not met (0.410) | not measured (—) | lowest 0.410 "
+        "(large-E3 on harmbench_standard) |" in targets
     )
     assert (
-        "| top_ranks | not measured | — | = 1.00 | not measured (—) | not measured (—) | policy_a_terminal was "
-        "not ranked |" in targets
+        "| top_ranks | not measured | — | = 1.00 | not measured (—) | not measured (—) | "
+        "policy_a_terminal was not ranked |" in targets
     )
     competence = _section(text, "## Competence on the benchmarks both policies call unsafe")
     rows = [line for line in competence.splitlines() if line.startswith("| ") and "kind" not in line]

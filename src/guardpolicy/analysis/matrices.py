@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from guardpolicy.analysis.agreement import BOUNDARY_CLASS
 from guardpolicy.errors import KEYS_SHOWN, InputError, few_keys
+from guardpolicy.taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,15 @@ class DatasetMatrix:
         if self.valid is None:
             return np.ones(self.decisions[mapping].shape, dtype=bool)
         return self.valid[mapping]
+
+
+def unsafe_labels(taxonomy: Taxonomy) -> dict[str, tuple[str, ...]]:
+    """Mapping -> the coarse classes that count as unsafe under it (BOUNDARY_SAFE is unsafe under
+    `boundary_unsafe` only): how `build_matrices` marks a split's agreed-safe and agreed-unsafe prompts."""
+    return {
+        DEFAULT: tuple(taxonomy.unsafe_classes),
+        BOUNDARY_UNSAFE: tuple(dict.fromkeys((*taxonomy.unsafe_classes, BOUNDARY_CLASS))),
+    }
 
 
 def benchmark_role(name: str, label_kinds: Mapping[str, str], file: str) -> str:

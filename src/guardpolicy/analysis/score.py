@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from guardpolicy.analysis.agreement import BOUNDARY_CLASS
 from guardpolicy.analysis.baselines import BASELINE_KIND, GUARD_MAPPING, GUARD_SCALE
 from guardpolicy.analysis.fingerprint import binary_unsafe
 from guardpolicy.analysis.matrices import (
@@ -97,15 +96,6 @@ def split_rows(predictions: pd.DataFrame) -> np.ndarray:
     return predictions["dataset"].astype(str).str.startswith(SPLIT_PREFIX).to_numpy()
 
 
-def reference_unsafe_labels(taxonomy: Taxonomy) -> dict[str, tuple[str, ...]]:
-    """Mapping -> the coarse classes that count as unsafe there, as stage analyse marks the split's
-    agreed-safe and agreed-unsafe prompts (BOUNDARY_SAFE is unsafe under `boundary_unsafe` only)."""
-    return {
-        DEFAULT: tuple(taxonomy.unsafe_classes),
-        BOUNDARY_UNSAFE: tuple(dict.fromkeys((*taxonomy.unsafe_classes, BOUNDARY_CLASS))),
-    }
-
-
 def guard_matrices(
     predictions: pd.DataFrame,
     model: str,
@@ -169,7 +159,7 @@ def guard_views(
     """The guard's own, matched and ranked scores (`views.view_scores_table` on the one-model store `own`).
 
     `reference_matrices`: the matrix of split `calibration_split` (`guard_matrices` with every policy and
-    `reference_unsafe_labels`); `scores`: the guard's scores.csv rows (the own view's); `primary_metrics`:
+    `matrices.unsafe_labels`); `scores`: the guard's scores.csv rows (the own view's); `primary_metrics`:
     params `analysis.primary_metric` (a mixed set's primary metric). The reference is resampled with `own`'s
     B and `seed`, so replicate r of every view joins the same benchmark resample r.
     """

@@ -17,7 +17,7 @@ import pandas as pd
 
 from guardpolicy.analysis.baselines import guard_headline
 from guardpolicy.analysis.jsonready import clean_tree
-from guardpolicy.analysis.matrices import BOUNDARY_UNSAFE, DEFAULT
+from guardpolicy.analysis.matrices import BOUNDARY_UNSAFE, DEFAULT, unsafe_labels
 from guardpolicy.analysis.score import (
     empty_view_scores,
     encoded_definition,
@@ -29,7 +29,6 @@ from guardpolicy.analysis.score import (
     guard_xstest,
     matched_point,
     policy_fingerprint,
-    reference_unsafe_labels,
     split_rows,
     view_means,
 )
@@ -113,7 +112,7 @@ def score_results(
             label_kinds,
             predictions_file,
             views.policies,
-            reference_unsafe_labels(taxonomy),
+            unsafe_labels(taxonomy),
         )
         computed = guard_views(
             store,

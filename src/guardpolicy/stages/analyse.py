@@ -32,7 +32,6 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from guardpolicy.analysis.agreement import BOUNDARY_CLASS
 from guardpolicy.analysis.baselines import (
     baseline_evaluations,
     baseline_summary,
@@ -46,14 +45,13 @@ from guardpolicy.analysis.fingerprint import PROMPT_LABEL_COLUMNS
 from guardpolicy.analysis.headline import headline_table
 from guardpolicy.analysis.mapping import mapping_effect_by_model, mapping_vs_retraining
 from guardpolicy.analysis.matrices import (
-    BOUNDARY_UNSAFE,
-    DEFAULT,
     GOLD_PREFIX,
     MAPPINGS,
     PARSE_STATUS,
     PREDICTION_COLUMNS,
     SPLIT,
     build_matrices,
+    unsafe_labels,
 )
 from guardpolicy.analysis.scores import (
     benchmark_table,
@@ -360,14 +358,11 @@ def analyse(
         labels_path = layout.path("fingerprint_labels")
     models = model_frame({**evaluations, **baseline_evaluations(guards)})
     taxonomy = load_taxonomy(layout.path("taxonomy"))
-    unsafe_labels = {
-        DEFAULT: tuple(taxonomy.unsafe_classes),
-        BOUNDARY_UNSAFE: tuple(dict.fromkeys((*taxonomy.unsafe_classes, BOUNDARY_CLASS))),
-    }
-    model_order, matrices = build_matrices(predictions, label_kinds, files, policies, unsafe_labels)
+    unsafe = unsafe_labels(taxonomy)
+    model_order, matrices = build_matrices(predictions, label_kinds, files, policies, unsafe)
     policy_agreement, policy_note = None, "no fingerprint given: no per-prompt labels of the VAL policy"
     if labels_path is not None:
-        labels = read_policy_labels(labels_path, config.val_policy, unsafe_labels[config.mapping])
+        labels = read_policy_labels(labels_path, config.val_policy, unsafe[config.mapping])
         if labels.empty:
             policy_note = f"policy {config.val_policy!r} labelled no benchmark prompt ({labels_path})"
         else:
