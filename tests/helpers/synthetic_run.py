@@ -222,6 +222,9 @@ def span_table() -> pd.DataFrame:
                     "phi_ci_high": None if phi is None else phi + 0.02,
                     "phi_max": phi,
                     "n_recipes": 0 if phi is None else 1,
+                    "difference": None if phi is None else round(delta - phi, 3),
+                    "difference_ci_low": None if phi is None else round(delta - phi - 0.05, 3),
+                    "difference_ci_high": None if phi is None else round(delta - phi + 0.05, 3),
                 }
             )
     return pd.DataFrame(rows)

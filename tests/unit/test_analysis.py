@@ -508,7 +508,7 @@ EXPECTED_FILES = {
     "scores.csv": "model,kind,scale,branch,seed,recipe,benchmark,subset,mapping,metric,value,ci_low,ci_high,"
     "interval,n",
     "span.csv": "benchmark,subset,mapping,view,load,study_load,swing,primary_metric,delta,delta_ci_low,"
-    "delta_ci_high,range_large,range_small,phi,phi_ci_low,phi_ci_high,phi_max,n_recipes",
+    "delta_ci_high,range_large,range_small,phi,phi_ci_low,phi_ci_high,phi_max,n_recipes,difference,difference_ci_low,difference_ci_high",
     "span_scale.csv": ",".join(SPAN_SCALE_COLUMNS),
     "noise_floor.csv": "recipe,scale,benchmark,subset,mapping,view,seeds,spread,ci_low,ci_high",
     "swing_vs_span.csv": "view,scale,n_benchmarks,benchmarks,rho,p_value,ci_low,ci_high,swing_resampled,note",

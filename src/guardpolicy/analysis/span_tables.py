@@ -44,12 +44,20 @@ def _bounds(name: str, draws: np.ndarray | None, confidence: float) -> dict[str,
 
 def span_table(spans: Sequence[Span], confidence: float) -> pd.DataFrame:
     """span.csv: per benchmark, subset, mapping: both loads, the swing, Δ_b with its interval, the range per
-    scale, Φ_b (median over every seed recipe) with its interval, the widest spread, the recipes."""
+    scale, Φ_b (median over every seed recipe) with its interval, the widest spread, the recipes, and Δ_b −
+    Φ_b with the interval of its per-replicate value (pooled over scales; per scale: span_scale.csv)."""
     scales = sorted({scale for span in spans for scale in span.ranges})
     rows = []
     for span in spans:
         delta_low, delta_high = interval(span.delta_draws, confidence)
         phi_low, phi_high = interval(span.phi_draws, confidence)
+        phi_draws = span.phi_draws
+        difference = (
+            finite(span.delta - span.phi) if span.phi is not None and np.isfinite(span.delta) else None
+        )
+        difference_low, difference_high = interval(
+            None if phi_draws is None else span.delta_draws - phi_draws, confidence
+        )
         rows.append(
             {
                 "benchmark": span.benchmark,
@@ -69,6 +77,9 @@ def span_table(spans: Sequence[Span], confidence: float) -> pd.DataFrame:
                 "phi_ci_high": phi_high,
                 "phi_max": span.phi_max,
                 "n_recipes": len(span.spreads),
+                "difference": difference,
+                "difference_ci_low": difference_low if difference is not None else None,
+                "difference_ci_high": difference_high if difference is not None else None,
             }
         )
     columns = ANALYSIS_SPAN.names(scale=scales)  # `range_<scale>` per scale among the fixed columns

@@ -29,6 +29,9 @@ def span_summary(spans: pd.DataFrame, subset: str, mapping: str) -> dict[str, di
             "phi": row.phi,
             "phi_ci_low": row.phi_ci_low,
             "phi_ci_high": row.phi_ci_high,
+            "difference": row.difference,
+            "difference_ci_low": row.difference_ci_low,
+            "difference_ci_high": row.difference_ci_high,
         }
         for row in chosen.itertuples(index=False)
     }

@@ -156,6 +156,8 @@ ANALYSIS_SPAN = analysis_table(
         *interval("phi_", "Φ_b: the percentile interval of the per-replicate median"),
         statistic("phi_max", "the widest seed spread"),
         Column("n_recipes", "int64", "the seed recipes Φ_b is over"),
+        statistic("difference", "Δ_b − Φ_b (null without Φ_b); per scale: span_scale.csv"),
+        *interval("difference_", f"Δ_b − Φ_b: {REPLICATES}"),
     ),
     ("benchmark", "subset", "mapping", "view"),
 )

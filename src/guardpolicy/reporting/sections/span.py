@@ -31,6 +31,7 @@ def span_section(inputs: ReportInputs) -> list[str]:
         "Φ_b",
         "Φ max",
         "seed recipes",
+        "Δ_b − Φ_b",
     ]
     rows = []
     for _, r in span.iterrows():
@@ -46,6 +47,7 @@ def span_section(inputs: ReportInputs) -> list[str]:
                 fmt_ci(r["phi"], r["phi_ci_low"], r["phi_ci_high"]),
                 fmt(r["phi_max"]),
                 fmt_count(r["n_recipes"]),
+                fmt_ci(r.get("difference"), r.get("difference_ci_low"), r.get("difference_ci_high")),
             ]
         )
     c = inputs.primary.get("load_contrast") or {}
@@ -58,7 +60,8 @@ def span_section(inputs: ReportInputs) -> list[str]:
         "Δ_b: the mean over scales of the range (max − min over branches) of the benchmark's primary metric. "
         "Φ_b: the median over the recipes trained at several seeds of each one's spread of that metric, with "
         "the interval of that median over the bootstrap resamples (— where no recipe was scored at several "
-        "seeds); Φ max: the widest. load: the analysis' grouping, from the policy fingerprint's swing "
+        "seeds); Φ max: the widest; Δ_b − Φ_b with the interval of its per-resample value. load: the "
+        "analysis' grouping, from the policy fingerprint's swing "
         "|agreement A − agreement B| (policy above `analysis.load.swing_threshold`); study load: the study's "
         "grouping. Rows are grouped policy-load, capability-load, other.",
         "",
