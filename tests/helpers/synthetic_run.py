@@ -11,6 +11,7 @@ import pandas as pd
 import yaml
 
 from guardpolicy.analysis.mapping import mapping_effect_by_model, mapping_vs_retraining
+from guardpolicy.analysis.summary import VIEW_BLOCK_KEYS
 from guardpolicy.layout import Layout
 from helpers.benchmarks import write_params
 from helpers.paths import MIRROR
@@ -386,26 +387,11 @@ def base_rate_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-VIEW_KEYS = (
-    "span",
-    "copyright_vs_noise",
-    "load_contrast",
-    "load_contrast_study",
-    "agreed_spans",
-    "span_scale",
-    "swing_vs_span",
-    "rank_tests",
-    "rank_chance",
-    "targets",
-    "study",
-)
-
-
 def summary_document() -> dict:
     """summary.json: the own view at the top level, planted; the matched view (primary) the same blocks but
     for the copyright verdict (MATCHED_COPYRIGHT); the ranked view the same blocks lowered by 0.2."""
     own = own_summary()
-    matched = {key: copy.deepcopy(own[key]) for key in VIEW_KEYS}
+    matched = {key: copy.deepcopy(own[key]) for key in VIEW_BLOCK_KEYS}
     (delta, delta_low, delta_high), (diff, diff_low, diff_high) = MATCHED_COPYRIGHT
     matched["copyright_vs_noise"].update(
         delta=delta,
@@ -415,7 +401,7 @@ def summary_document() -> dict:
         difference_ci_low=diff_low,
         difference_ci_high=diff_high,
     )
-    ranked = {key: copy.deepcopy(own[key]) for key in VIEW_KEYS}
+    ranked = {key: copy.deepcopy(own[key]) for key in VIEW_BLOCK_KEYS}
     ranked["copyright_vs_noise"].update(delta=0.79, difference=0.74, verdict="wider: ranked")
     ranked["study"]["load_contrast"] = {
         "status": "agrees",

@@ -122,6 +122,23 @@ def fingerprint_summary(fingerprint: pd.DataFrame | None) -> dict[str, Any] | No
     return tree
 
 
+# The verdict blocks every view has (the own view's at the top level of summary.json, the others' under
+# `views.<view>`), in the order they are written.
+VIEW_BLOCK_KEYS = (
+    "span",
+    "copyright_vs_noise",
+    "load_contrast",
+    "load_contrast_study",
+    "agreed_spans",
+    "span_scale",
+    "swing_vs_span",
+    "rank_tests",
+    "rank_chance",
+    "targets",
+    "study",
+)
+
+
 def view_block(
     *,
     subset: str,
@@ -138,9 +155,9 @@ def view_block(
     targets: Mapping[str, Any],
     study: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """One view's verdict blocks, under the same keys as the top level's (the own view's), from that view's
-    tables alone."""
-    return {
+    """One view's verdict blocks (`VIEW_BLOCK_KEYS`), under the same keys as the top level's (the own
+    view's), from that view's tables alone."""
+    blocks = {
         "span": span_summary(spans, subset, mapping),
         "copyright_vs_noise": dict(copyright_vs_noise),
         "load_contrast": dict(load_contrast),
@@ -153,6 +170,7 @@ def view_block(
         "targets": dict(targets),
         "study": dict(study),
     }
+    return {key: blocks[key] for key in VIEW_BLOCK_KEYS}
 
 
 def build_summary(
