@@ -20,6 +20,7 @@ from guardpolicy.analysis.contrasts import (
     load_contrast,
     swing_vs_span_table,
 )
+from guardpolicy.analysis.matrices import BENIGN, HARMFUL
 from guardpolicy.analysis.ranks import rank_chance, rank_test_table
 from guardpolicy.analysis.scores import DrawStore
 from guardpolicy.analysis.sensitivity import (
@@ -32,7 +33,7 @@ from guardpolicy.analysis.sensitivity import (
 from guardpolicy.analysis.span_tables import noise_floor_table, span_scale_table, span_table
 from guardpolicy.analysis.stats import percentile_interval
 from guardpolicy.analysis.targets import AGREES, evaluate_targets, study_comparison
-from guardpolicy.analysis.views import OWN, RANKED, VIEWS, sort_views, view_role_means
+from guardpolicy.analysis.views import OWN, VIEWS, role_mean_key, sort_views, view_role_means
 from guardpolicy.config.analysis import AnalysisConfig
 from guardpolicy.contracts.analysis import ANALYSIS_TABLES
 
@@ -178,8 +179,8 @@ def flag_correlation(
     its percentile interval over the joint replicates. Near +1 in the own view: the branches differ by how
     often they flag. Null where fewer than three models have both."""
     means = view_role_means(store)
-    harmful = means.get(("mean:harmful", subset, mapping, "auroc" if store.view == RANKED else "cap"))
-    benign = means.get(("mean:benign", subset, mapping, "auroc" if store.view == RANKED else "over_ref"))
+    harmful = means.get(role_mean_key(store.view, HARMFUL, subset, mapping))
+    benign = means.get(role_mean_key(store.view, BENIGN, subset, mapping))
     column = column_index(store)
     chosen = [column[m] for m in branch_models(models, main_seed)["model"] if m in column]
     empty = {"r": None, "ci_low": None, "ci_high": None, "n_models": 0}

@@ -51,9 +51,6 @@ log = logging.getLogger(__name__)
 VIEWS: tuple[str, ...] = get_args(View)
 OWN, MATCHED, RANKED = VIEWS
 AUROC = "auroc"
-# The metrics the matched view reads at the threshold (a mixed set's primary metric may be any of them, or
-# the threshold-free auprc, which the matched view takes over from the own view unchanged).
-MATCHED_RATES = ("cap", "over_ref", "f1")
 VIEW_SCORE_COLUMNS = tuple(ANALYSIS_VIEW_SCORES.names())
 BASE_RATE_COLUMNS = tuple(ANALYSIS_BASE_RATE.names())
 # The ranked view's role means: mean AUROC over the harmful sets and over the benign ones.
@@ -440,6 +437,12 @@ def view_metric(view: str, own_primary: str) -> str:
     """A benchmark's primary metric in a view: the own view's (cap, over_ref, a mixed set's choice) in the
     own and matched views, AUROC in the ranked one."""
     return AUROC if view == RANKED else own_primary
+
+
+def role_mean_key(view: str, role: str, subset: str, mapping: str) -> tuple[str, str, str, str]:
+    """The key of a view's headline mean over the benchmarks of `role` (harmful | benign) in its store."""
+    name, rate = ROLE_MEANS[role]
+    return (name, subset, mapping, RANKED_ROLE_METRICS[role] if view == RANKED else rate)
 
 
 def view_role_means(store: DrawStore) -> dict[tuple[str, str, str, str], MetricDraws]:
