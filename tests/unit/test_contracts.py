@@ -269,7 +269,8 @@ def test_numeric_columns_follow_from_the_dtypes() -> None:
         assert TABLES[name] == (tuple(table.names(**fixed)), table.numeric(**fixed)), name
     # span.csv's `range_<scale>` family is read as it comes; its counts are numbers, its text is not.
     columns, numeric = TABLES["span"]
-    assert not any(c.startswith("range_") for c in columns) and numeric[-1] == "n_recipes"
+    assert not any(c.startswith("range_") for c in columns) and "n_recipes" in numeric
+    assert numeric[-3:] == ("difference", "difference_ci_low", "difference_ci_high")
     assert "seeds" in TABLES["span_scale"][0] and "seeds" not in TABLES["span_scale"][1]
     assert TABLES["scores"][1] == ("seed", "value", "ci_low", "ci_high", "n")
 
