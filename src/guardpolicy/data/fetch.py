@@ -6,7 +6,8 @@ mirror is preferred and the pinned URL is the fallback. A file of format `datase
 the same column mapping and checks as a file's. The first source whose files can all be had wins.
 If none can, the benchmark is written as an empty table with the full schema and marked ``missing`` with the
 reasons, so the rest of the pipeline runs on what is present. Bad bytes or bad rows are hard errors, and so
-is a source whose row count or label balance differs from the registry's (checked before anything is written).
+is a source whose row count or label balance differs from the registry's (checked before anything is written),
+or whose filter or label column holds values of another type or encoding than the registry's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from guardpolicy.contracts import BENCHMARK, check_table
 from guardpolicy.data.acquire import LocalFile, Unavailable, download, from_mirror
@@ -69,16 +71,31 @@ def _build(
     for file, local in files:
         display = local.origin.removeprefix("mirror:")
         displays.append(display)
+        column_types = None
         if isinstance(local, LoadedDataset):
             columns, records = local.columns, local.records
         else:
             columns, records = read_records(local.path, file.format, display)
-        rows.extend(normalise_file(spec, file, columns, records, display))
+            if file.format == "parquet":
+                column_types = parquet_column_types(local.path)
+        rows.extend(normalise_file(spec, file, columns, records, display, column_types))
     assign_ids(spec, rows)
     table = to_table(spec, rows)
     # Last, so a row-level fault (a duplicate id, a broken pair) is reported where it is, not as a count.
     check_counts(spec, source, displays, rows)
     return table
+
+
+def parquet_column_types(path: Path) -> dict[str, str]:
+    """A parquet file's column types as its user knows them (int8, large_string, categorical string), for
+    messages about a column whose values cannot match the registry's. Read after the records, which already
+    refused a file that cannot be read."""
+    return {
+        field.name: (
+            f"categorical {field.type.value_type}" if pa.types.is_dictionary(field.type) else str(field.type)
+        )
+        for field in pq.read_schema(path)
+    }
 
 
 def check_counts(

@@ -10,16 +10,17 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from guardpolicy.contracts import BENCHMARK, DType
 from guardpolicy.data.readers import Records
 from guardpolicy.data.registry import BenchmarkSpec, ExtraType, FileSpec
-from guardpolicy.errors import InputError
+from guardpolicy.errors import KEYS_SHOWN, InputError
 
 # A registry `extras` type as the contract's dtype of its column.
 EXTRA_DTYPES: dict[ExtraType, DType] = {
@@ -46,15 +47,160 @@ def empty_table(spec: BenchmarkSpec) -> pa.Table:
 
 
 def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (records built from a pandas frame carry them)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _text(value: Any) -> str | None:
+    """A source value as the registry's values (always strings) are compared with: 2, 2.0 and "2" read "2"."""
+    value = _plain(value)
     if _is_missing(value):
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value)
+
+
+def _label_text(value: Any) -> str | None:
+    """A label value as it is looked up among the registry's label values: `_text`, trimmed."""
+    raw = _text(value)
+    return raw.strip() if raw is not None else None
+
+
+# The kinds of registry value (a string that reads as text, a number or a boolean, as `_text` renders them)
+# that a source value of each kind can equal: text equals whatever is written the same; a number only a
+# number, a boolean only 'True' / 'False'. Bytes and anything else (lists, mappings) equal none of them.
+_MATCHABLE_KINDS: dict[str, frozenset[str]] = {
+    "string": frozenset({"string", "number", "boolean"}),
+    "integer": frozenset({"number"}),
+    "float": frozenset({"number"}),
+    "boolean": frozenset({"boolean"}),
+}
+_PLURALS = {
+    "string": "strings",
+    "number": "numbers",
+    "integer": "integers",
+    "float": "floats",
+    "boolean": "booleans",
+    "bytes": "bytes",
+}
+# A value longer than this is cut in a message: a mis-mapped column may hold whole prompts.
+_VALUE_CHARS = 40
+
+
+def _value_kind(value: Any) -> str | None:
+    """The kind of a non-missing source value ('string', 'integer', ...; the type name otherwise), or None."""
+    value = _plain(value)
+    if _is_missing(value):
+        return None
+    if isinstance(value, bool):  # before int: a bool is an int to Python
+        return "boolean"
+    for kind, types in (("string", str), ("integer", int), ("float", float), ("bytes", bytes)):
+        if isinstance(value, types):
+            return kind
+    return type(value).__name__
+
+
+def _registry_kind(value: str) -> str:
+    """What a registry value reads as: 'boolean' or 'number' where `_text` renders one so, else 'string'."""
+    if value in ("True", "False"):
+        return "boolean"
+    try:
+        if str(int(value)) == value:
+            return "number"
+        number = float(value)
+    except ValueError:
+        return "string"
+    return "number" if math.isfinite(number) and _text(number) == value else "string"
+
+
+def _plural(kind: str) -> str:
+    return _PLURALS.get(kind, f"{kind} values")
+
+
+def _kinds_text(kinds: set[str]) -> str:
+    return " and ".join(_plural(kind) for kind in sorted(kinds))
+
+
+def _shown_values(values: list[Any]) -> str:
+    """The distinct values sorted (by type, then value), the first few as Python writes them, long ones cut
+    short."""
+    distinct: dict[tuple[str, str], Any] = {}
+    for value in map(_plain, values):
+        distinct.setdefault((type(value).__name__, repr(value)), value)
+
+    def order(key: tuple[str, str]) -> tuple[str, Any, str]:
+        value = distinct[key]
+        # Numbers by value (2 before 10), the rest by how they are written.
+        return (key[0], value if isinstance(value, int | float) else 0, key[1])
+
+    keys = sorted(distinct, key=order)
+    shown = [text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 1] + "…" for _, text in keys]
+    more = f" and {len(keys) - KEYS_SHOWN} more" if len(keys) > KEYS_SHOWN else ""
+    return f"[{', '.join(shown[:KEYS_SHOWN])}]{more}"
+
+
+def check_column_can_match(
+    display: str,
+    column: str,
+    values: Sequence[tuple[int, Any]],
+    expected: Sequence[str],
+    *,
+    use: str,
+    as_text: Callable[[Any], str | None],
+    declared_type: str | None = None,
+) -> None:
+    """Before rows are selected or labelled by `column`, its values must be able to equal the registry's.
+
+    `values` are the column's (row number, value) pairs, `expected` the registry's values, `use` how the
+    registry uses them ("selects", "labels rows by") and `as_text` the comparison (`_text`, `_label_text`).
+    A value of a kind that can never equal them (an integer or boolean where the registry writes text, bytes,
+    ...) or a column in which none of them occurs is an input error naming the column, the registry's values
+    and their kind, and the first values found with their type (`declared_type`, a parquet column's, where
+    the format has one): otherwise a label encoding would surface only as a row-count shortfall.
+    """
+    if not values:  # no rows at all: the row count names that
+        return
+    wanted = {_registry_kind(value) for value in expected}
+    registry = f"the registry {use} the values {list(expected)} ({_kinds_text(wanted)})"
+    present = [(row, value, kind) for row, value in values if (kind := _value_kind(value)) is not None]
+    if not present:
+        typed = f", type {declared_type}" if declared_type is not None else ""
+        raise InputError(
+            display,
+            f"{registry}; the file holds only nulls ({len(values)} row(s){typed}); nothing was written",
+            field=column,
+        )
+    found_kinds = sorted({kind for _, _, kind in present})
+    found_type = declared_type or (
+        found_kinds[0] if len(found_kinds) == 1 else f"mixed ({', '.join(found_kinds)})"
+    )
+    found = f"the file holds {found_type} values {_shown_values([value for _, value, _ in present])}"
+    unmatchable = [
+        (row, kind) for row, _, kind in present if not _MATCHABLE_KINDS.get(kind, frozenset()) & wanted
+    ]
+    if unmatchable:
+        kinds = {kind for _, kind in unmatchable}
+        raise InputError(
+            display,
+            f"{registry}; {found}; {_kinds_text(kinds)} never equal {_kinds_text(wanted)}: convert the "
+            "column, or write the file's own values in the registry; nothing was written",
+            # A column of one kind is wrong as a whole; in a mixed one, point at the first odd row.
+            row=unmatchable[0][0] if len(unmatchable) < len(present) else None,
+            field=column,
+        )
+    allowed = set(expected)
+    if not any(as_text(value) in allowed for _, value, _ in present):
+        raise InputError(
+            display,
+            f"{registry}; {found}; none of the registry's values occurs (another encoding or version of "
+            "the file?); nothing was written",
+            field=column,
+        )
 
 
 def _cast_extra(value: Any, dtype: ExtraType, display: str, row: int, column: str) -> Any:
@@ -111,11 +257,40 @@ def _required_columns(file: FileSpec) -> list[str]:
     return list(dict.fromkeys(cols))
 
 
+def _selected(file: FileSpec, records: Records, display: str, declared: Mapping[str, str]) -> Records:
+    """The records the file's `filter` keeps, each filter column checked first (`check_column_can_match`)."""
+    for column, allowed in file.filter.items():
+        check_column_can_match(
+            display,
+            column,
+            [(row_number, record[column]) for row_number, record in records],
+            allowed,
+            use="selects",
+            as_text=_text,
+            declared_type=declared.get(column),
+        )
+    return [
+        (row_number, record)
+        for row_number, record in records
+        if all(_text(record[column]) in allowed for column, allowed in file.filter.items())
+    ]
+
+
 def normalise_file(
-    spec: BenchmarkSpec, file: FileSpec, columns: list[str], records: Records, display: str
+    spec: BenchmarkSpec,
+    file: FileSpec,
+    columns: list[str],
+    records: Records,
+    display: str,
+    column_types: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Turn one file's records into common-schema rows (filtering, mapping, labelling)."""
-    missing = [c for c in _required_columns(file) if c not in columns]
+    """Turn one file's records into common-schema rows (filtering, mapping, labelling).
+
+    `column_types`: the file's own column types (a parquet schema), which messages name; None where the
+    format has none.
+    """
+    required = _required_columns(file)
+    missing = [c for c in required if c not in columns]
     if missing:
         raise InputError(
             display,
@@ -123,23 +298,36 @@ def normalise_file(
             row="header",
             field=missing[0],
         )
-    rows: list[dict[str, Any]] = []
     for row_number, record in records:
-        absent = [c for c in _required_columns(file) if c not in record]
+        absent = [c for c in required if c not in record]
         if absent:  # JSON records may lack keys that other records have
             raise InputError(display, "required field is absent", row=row_number, field=absent[0])
-        if any(_text(record[col]) not in allowed for col, allowed in file.filter.items()):
-            continue
+    declared = column_types or {}
+    kept = _selected(file, records, display, declared)
+    label_column = file.columns.label
+    label_values = spec.label.unsafe_values + spec.label.safe_values
+    if spec.label.kind == "column":
+        assert label_column is not None  # guaranteed by the registry check
+        # Only the kept rows: a row the filter drops is never labelled, whatever its label column holds.
+        check_column_can_match(
+            display,
+            label_column,
+            [(row_number, record[label_column]) for row_number, record in kept],
+            label_values,
+            use="labels rows by",
+            as_text=_label_text,
+            declared_type=declared.get(label_column),
+        )
+    rows: list[dict[str, Any]] = []
+    for row_number, record in kept:
         prompt = _prompt(file.columns.prompt, record, display, row_number)
         if spec.label.kind == "all_unsafe":
             unsafe = True
         elif spec.label.kind == "all_safe":
             unsafe = False
         else:
-            label_column = file.columns.label
             assert label_column is not None  # guaranteed by the registry check
-            raw = _text(record[label_column])
-            value = raw.strip() if raw is not None else None
+            value = _label_text(record[label_column])
             if value in spec.label.unsafe_values:
                 unsafe = True
             elif value in spec.label.safe_values:
@@ -147,8 +335,7 @@ def normalise_file(
             else:
                 raise InputError(
                     display,
-                    f"unexpected label {raw!r}; expected one of "
-                    f"{list(spec.label.unsafe_values) + list(spec.label.safe_values)}",
+                    f"unexpected label {_text(record[label_column])!r}; expected one of {list(label_values)}",
                     row=row_number,
                     field=label_column,
                 )
