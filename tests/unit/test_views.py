@@ -14,6 +14,7 @@ from guardpolicy.analysis.baselines import match_threshold
 from guardpolicy.analysis.matrices import DatasetMatrix
 from guardpolicy.analysis.scores import compute_draws, model_frame, scores_table
 from guardpolicy.analysis.sensitivity import compute_spans
+from guardpolicy.analysis.stats import named_rng
 from guardpolicy.analysis.views import (
     AUROC,
     MATCHED,
@@ -21,6 +22,7 @@ from guardpolicy.analysis.views import (
     RANKED,
     VIEWS,
     base_rate_table,
+    bootstrap_counts,
     flagged_weight,
     matched_thresholds,
     reference_of,
@@ -300,3 +302,43 @@ def test_base_rate_table_separates_flag_rate_from_what_a_model_tells_apart() -> 
     # Agreed-unsafe [0.6, 0.7, 0.9, 0.95] against the reference, whose 0.8 beats the first two: 38 of 40.
     assert e1["auroc"] == pytest.approx(e2["auroc"]) and e1["auroc"] == pytest.approx(0.95)
     assert e1["auroc_ci_low"] <= e1["auroc"] <= e1["auroc_ci_high"]
+
+
+def test_every_replicate_resamples_the_benchmark_and_the_reference_jointly() -> None:
+    """Replicate r of the matched and ranked views is the view recomputed by hand on resample r of the
+    benchmark (the own view's counts) and resample r of the calibration split: the threshold's own noise is in
+    every interval."""
+    models = {
+        "small-E1": (REFERENCE_SCORES, HARMFUL, BENIGN),
+        "small-E2": (_squash(REFERENCE_SCORES), _squash(HARMFUL), _squash(BENIGN)),
+    }
+    samples = 40
+    matrices, _, thresholds, stores, _ = _setup(models, samples=samples)
+    split, harmful = matrices[1], matrices[0]
+    split_counts = bootstrap_counts(16, samples, named_rng(11, "split:val", "full")).astype(int)
+    harmful_counts = bootstrap_counts(6, samples, named_rng(11, "advbench", "full")).astype(int)
+    safe, unsafe = split.safe_everywhere["default"], split.unsafe_everywhere["default"]
+    moved = 0
+    for r in range(1, samples + 1):
+        for m in range(2):
+            reference_scores = np.repeat(split.scores["default"][safe, m], split_counts[safe, r])
+            threshold, _ = match_threshold(reference_scores, 0.1)
+            moved += threshold != thresholds["default"].values[0, m]
+            # In float64, as the views compare: a threshold just above a float32 score rounds onto it in
+            # float32.
+            benchmark_scores = np.repeat(harmful.scores["default"][:, m], harmful_counts[:, r]).astype(float)
+            matched = stores[MATCHED].get("advbench", "full", "default", "cap").draws[r - 1, m]
+            assert matched == pytest.approx(np.mean(benchmark_scores >= threshold))
+            ranked = stores[RANKED].get("advbench", "full", "default", AUROC).draws[r - 1, m]
+            labels = np.r_[np.ones(len(benchmark_scores), bool), np.zeros(len(reference_scores), bool)]
+            assert ranked == pytest.approx(auroc(np.r_[benchmark_scores, reference_scores], labels))
+    assert moved > 0  # the resampled reference moves the threshold
+    # The agreed-unsafe side of the split is resampled with the same counts.
+    benign = stores[RANKED].get("wildguard_benign", "full", "default", AUROC).draws[0, 0]
+    positives = np.repeat(split.scores["default"][unsafe, 0], split_counts[unsafe, 1])
+    negatives = np.repeat(
+        matrices[2].scores["default"][:, 0],
+        bootstrap_counts(6, samples, named_rng(11, "wildguard_benign", "full")).astype(int)[:, 1],
+    )
+    labels = np.r_[np.ones(len(positives), bool), np.zeros(len(negatives), bool)]
+    assert benign == pytest.approx(auroc(np.r_[positives, negatives], labels), nan_ok=True)
