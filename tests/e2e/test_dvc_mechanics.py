@@ -25,6 +25,8 @@ from helpers.dvc_repo import (
     run,
     share_through_remote,
     stage_env,
+    start_the_queue,
+    stop_the_queue,
     wait_for_the_queue,
 )
 from helpers.paths import REPO_ROOT
@@ -145,9 +147,14 @@ def test_a_queued_experiment_runs_in_a_copy_whose_layout_finds_the_workspace(
     in_workspace = json.loads((work / "where.json").read_text(encoding="utf-8"))
     assert in_workspace["root"] == str(work.resolve()) and in_workspace["workspace"] == "None"
     run([DVC, "exp", "run", "--queue", "-n", "queued", "-S", "n=2"], work, env)
-    run([DVC, *how], work, env)
     if how == ["queue", "start"]:
-        wait_for_the_queue(work, env)
+        start_the_queue(work, env, jobs=1)
+        try:
+            wait_for_the_queue(work, env)
+        finally:
+            stop_the_queue(work, env)
+    else:
+        run([DVC, *how], work, env)
     shown = json.loads(run([DVC, "exp", "show", "--json"], work, env).stdout)
     [experiment] = [
         rev for baseline in shown for group in baseline.get("experiments") or [] for rev in group["revs"]
@@ -199,12 +206,12 @@ def test_two_queue_workers_share_the_workspaces_llm_cache_and_keep_their_own_dev
     commit(work, env, "the run")
     for n in (2, 3):
         run([DVC, "exp", "run", "--queue", "-n", f"exp-{n}", "-S", f"n={n}"], work, env)
-    run([DVC, "queue", "start", "--jobs", "1"], work, {**env, "CUDA_VISIBLE_DEVICES": "0"})
-    run([DVC, "queue", "start", "--jobs", "2"], work, {**env, "CUDA_VISIBLE_DEVICES": "1"})
+    start_the_queue(work, {**env, "CUDA_VISIBLE_DEVICES": "0"}, jobs=1)
+    start_the_queue(work, {**env, "CUDA_VISIBLE_DEVICES": "1"}, jobs=2)
     try:
         wait_for_the_queue(work, env)
     finally:
-        run([DVC, "queue", "stop"], work, env, check=False)
+        stop_the_queue(work, env)
     shown = json.loads(run([DVC, "exp", "show", "--json"], work, env).stdout)
     experiments = {
         rev["name"]: rev

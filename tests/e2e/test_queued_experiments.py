@@ -20,7 +20,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.dvc_repo import DVC, commit, init_repository, ran_stages, run, stage_env, wait_for_the_queue
+from helpers.dvc_repo import (
+    DVC,
+    commit,
+    init_repository,
+    ran_stages,
+    run,
+    stage_env,
+    start_the_queue,
+    stop_the_queue,
+    wait_for_the_queue,
+)
 from helpers.paths import MIRROR
 
 pytestmark = [pytest.mark.e2e, pytest.mark.full_dag]
@@ -50,11 +60,11 @@ def queued_repo(tmp_path_factory) -> tuple[Path, dict[str, str], dict[str, set[s
     for name, max_chars in EXPERIMENTS.items():
         run([DVC, "exp", "run", "--queue", "-n", name, "-S", f"pool.max_prompt_chars={max_chars}"], work, env)
     # Two workers (docs/queues.md); the command returns at once, the workers run in the background.
-    run([DVC, "queue", "start", "--jobs", "2"], work, env)
+    start_the_queue(work, env, jobs=2)
     try:
         wait_for_the_queue(work, env)
     finally:
-        run([DVC, "queue", "stop"], work, env, check=False)
+        stop_the_queue(work, env)
     ran = {name: ran_stages(run([DVC, "queue", "logs", name], work, env)) for name in EXPERIMENTS}
     return work, env, ran
 

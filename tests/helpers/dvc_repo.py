@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -31,8 +33,17 @@ __all__ = [
     "run",
     "share_through_remote",
     "stage_env",
+    "start_the_queue",
+    "stop_the_queue",
     "wait_for_the_queue",
 ]
+
+# What `dvc queue start` prints goes here (inside DVC's own tmp folder, which git ignores), not into a pipe.
+QUEUE_START_LOG = Path(".dvc") / "tmp" / "queue-start.log"
+# DVC's celery workers record their process ids here, one dvc-exp-worker-<n>.pid each.
+WORKER_PIDS = Path(".dvc") / "tmp" / "exps" / "celery"
+# How long a worker may take to exit after `dvc queue stop` before it is ended (a hang guard).
+WORKER_EXIT_S = 30
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
@@ -61,6 +72,55 @@ def share_through_remote(work: Path, remote: Path, clone: Path, env: dict[str, s
     add_remote(work, remote, env)
     run([DVC, "push"], work, env)
     run(["git", "clone", "-q", str(work), str(clone)], clone.parent, env)
+
+
+def start_the_queue(work: Path, env: dict[str, str], jobs: int) -> None:
+    """`dvc queue start --jobs <jobs>`, its output appended to QUEUE_START_LOG instead of captured.
+
+    The process that starts the celery workers keeps the output it inherited open until its workers exit, so
+    a captured run waits for the workers — and for as long as one of them fails to exit once its queue is
+    empty: in a clean-clone `make test-e2e` a worker logged "monitor: shutting down due to empty queue", never
+    exited, and held the test for 20 minutes with every task already done."""
+    log = work / QUEUE_START_LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as out:
+        result = subprocess.run(
+            [DVC, "queue", "start", "--jobs", str(jobs)],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=SUBPROCESS_TIMEOUT_S,
+        )
+    if result.returncode != 0:
+        tail = log.read_text(encoding="utf-8")[-3000:]
+        raise AssertionError(f"dvc queue start --jobs {jobs} (in {work}) exited {result.returncode}:\n{tail}")
+
+
+def stop_the_queue(work: Path, env: dict[str, str]) -> None:
+    """`dvc queue stop`, then end (SIGTERM) any of the repository's workers still alive WORKER_EXIT_S later,
+    so that no test leaves a worker behind."""
+    run([DVC, "queue", "stop"], work, env, check=False)
+    workers = []
+    for pid_file in sorted((work / WORKER_PIDS).glob("dvc-exp-worker-*.pid")):
+        text = pid_file.read_text(encoding="utf-8").strip()
+        if text.isdigit():
+            workers.append(int(text))
+    deadline = time.monotonic() + WORKER_EXIT_S
+    while (alive := [pid for pid in workers if _is_queue_worker(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in alive:
+        os.kill(pid, signal.SIGTERM)
+
+
+def _is_queue_worker(pid: int) -> bool:
+    """The process is alive and still a DVC queue worker (not a later process that reused the id)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"queue-worker" in command
 
 
 def wait_for_the_queue(work: Path, env: dict[str, str], timeout_s: float = SUBPROCESS_TIMEOUT_S) -> None:
