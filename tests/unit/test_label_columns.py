@@ -10,6 +10,8 @@ script; the unit tests cover the value kinds one at a time.
 
 from __future__ import annotations
 
+from datetime import date
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -228,8 +230,11 @@ def test_a_label_column_is_checked_on_the_rows_the_filter_keeps_only() -> None:
         (["1", "2"], ["2"], 1),  # a CSV's text selected by a number written the same
         ([np.int64(2), np.int8(3)], ["2"], 1),  # numpy scalars compare as their Python values
         (["a", pd.NA, "b"], ["a", "b"], 2),  # pandas' missing value is a null, not the text '<NA>'
+        ([0.5, 0.25, 0.5], ["0.5"], 2),  # a fraction in the registry is a number, not text
+        ([Decimal("2"), Decimal("3")], ["2"], 1),  # other values compare as the text they write
+        ([date(2024, 1, 1), date(2024, 1, 2)], ["2024-01-01"], 1),
     ],
-    ids=["numbers", "booleans", "text_numbers", "numpy", "pandas_na"],
+    ids=["numbers", "booleans", "text_numbers", "numpy", "pandas_na", "fractions", "decimals", "dates"],
 )
 def test_values_of_a_matching_kind_pass(values: list[Any], selected: list[str], kept: int) -> None:
     assert len(_normalise(values=values, filter_={"subset": selected}, column="subset")) == kept
@@ -287,3 +292,17 @@ def test_many_or_long_values_are_cut() -> None:
 
 def test_an_empty_file_is_left_to_the_row_count() -> None:
     assert _normalise(values=[], filter_={"subset": ["a"]}, column="subset") == []
+
+
+def test_a_file_of_a_source_of_several_may_select_none_of_its_rows() -> None:
+    """Another file of the source may hold every selected row: the source's row count judges a shortfall,
+    while a value of a kind that can never match is still refused in any file."""
+    spec, file = _entry({"kind": "all_unsafe"}, {"subset": ["a"]})
+    records = [(n, {"prompt": "p", "label": "x", "subset": v}) for n, v in enumerate(["b", "c"], start=1)]
+    columns = ["prompt", "label", "subset"]
+    assert normalise_file(spec, file, columns, records, "b.jsonl", sole_file=False) == []
+    with pytest.raises(InputError, match="none of the registry's values occurs"):
+        normalise_file(spec, file, columns, records, "b.jsonl")
+    integers = [(1, {"prompt": "p", "label": "x", "subset": 1})]
+    with pytest.raises(InputError, match="integers never equal strings"):
+        normalise_file(spec, file, columns, integers, "b.jsonl", sole_file=False)

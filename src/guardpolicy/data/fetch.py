@@ -78,7 +78,9 @@ def _build(
             columns, records = read_records(local.path, file.format, display)
             if file.format == "parquet":
                 column_types = parquet_column_types(local.path)
-        rows.extend(normalise_file(spec, file, columns, records, display, column_types))
+        rows.extend(
+            normalise_file(spec, file, columns, records, display, column_types, sole_file=len(files) == 1)
+        )
     assign_ids(spec, rows)
     table = to_table(spec, rows)
     # Last, so a row-level fault (a duplicate id, a broken pair) is reported where it is, not as a count.

@@ -73,12 +73,15 @@ def _label_text(value: Any) -> str | None:
 
 # The kinds of registry value (a string that reads as text, a number or a boolean, as `_text` renders them)
 # that a source value of each kind can equal: text equals whatever is written the same; a number only a
-# number, a boolean only 'True' / 'False'. Bytes and anything else (lists, mappings) equal none of them.
+# number, a boolean only 'True' / 'False'. Bytes and containers equal none of them; any other value (a date,
+# a decimal) is compared as the text it writes, so it can equal any.
+_REGISTRY_KINDS = frozenset({"string", "number", "boolean"})
 _MATCHABLE_KINDS: dict[str, frozenset[str]] = {
-    "string": frozenset({"string", "number", "boolean"}),
+    "string": _REGISTRY_KINDS,
     "integer": frozenset({"number"}),
     "float": frozenset({"number"}),
     "boolean": frozenset({"boolean"}),
+    **{kind: frozenset() for kind in ("bytes", "list", "dict", "tuple", "set", "ndarray")},
 }
 _PLURALS = {
     "string": "strings",
@@ -106,12 +109,16 @@ def _value_kind(value: Any) -> str | None:
 
 
 def _registry_kind(value: str) -> str:
-    """What a registry value reads as: 'boolean' or 'number' where `_text` renders one so, else 'string'."""
+    """What a registry value reads as: 'boolean' or 'number' where `_text` renders one so ('2', '0.5'), else
+    'string' ('1e3' is text: `_text` writes that number '1000')."""
     if value in ("True", "False"):
         return "boolean"
     try:
         if str(int(value)) == value:
             return "number"
+    except ValueError:
+        pass
+    try:
         number = float(value)
     except ValueError:
         return "string"
@@ -153,6 +160,7 @@ def check_column_can_match(
     use: str,
     as_text: Callable[[Any], str | None],
     declared_type: str | None = None,
+    require_a_match: bool = True,
 ) -> None:
     """Before rows are selected or labelled by `column`, its values must be able to equal the registry's.
 
@@ -161,7 +169,9 @@ def check_column_can_match(
     A value of a kind that can never equal them (an integer or boolean where the registry writes text, bytes,
     ...) or a column in which none of them occurs is an input error naming the column, the registry's values
     and their kind, and the first values found with their type (`declared_type`, a parquet column's, where
-    the format has one): otherwise a label encoding would surface only as a row-count shortfall.
+    the format has one): otherwise a label encoding would surface only as a row-count shortfall. Without
+    `require_a_match` (one file of a source of several, where another file may hold every selected row) only
+    the kinds are checked.
     """
     if not values:  # no rows at all: the row count names that
         return
@@ -181,7 +191,7 @@ def check_column_can_match(
     )
     found = f"the file holds {found_type} values {_shown_values([value for _, value, _ in present])}"
     unmatchable = [
-        (row, kind) for row, _, kind in present if not _MATCHABLE_KINDS.get(kind, frozenset()) & wanted
+        (row, kind) for row, _, kind in present if not _MATCHABLE_KINDS.get(kind, _REGISTRY_KINDS) & wanted
     ]
     if unmatchable:
         kinds = {kind for _, kind in unmatchable}
@@ -194,7 +204,7 @@ def check_column_can_match(
             field=column,
         )
     allowed = set(expected)
-    if not any(as_text(value) in allowed for _, value, _ in present):
+    if require_a_match and not any(as_text(value) in allowed for _, value, _ in present):
         raise InputError(
             display,
             f"{registry}; {found}; none of the registry's values occurs (another encoding or version of "
@@ -257,8 +267,11 @@ def _required_columns(file: FileSpec) -> list[str]:
     return list(dict.fromkeys(cols))
 
 
-def _selected(file: FileSpec, records: Records, display: str, declared: Mapping[str, str]) -> Records:
-    """The records the file's `filter` keeps, each filter column checked first (`check_column_can_match`)."""
+def _selected(
+    file: FileSpec, records: Records, display: str, declared: Mapping[str, str], sole_file: bool
+) -> Records:
+    """The records the file's `filter` keeps, each filter column checked first (`check_column_can_match`;
+    a file of a source of several may keep none: the source's row count judges that)."""
     for column, allowed in file.filter.items():
         check_column_can_match(
             display,
@@ -268,6 +281,7 @@ def _selected(file: FileSpec, records: Records, display: str, declared: Mapping[
             use="selects",
             as_text=_text,
             declared_type=declared.get(column),
+            require_a_match=sole_file,
         )
     return [
         (row_number, record)
@@ -283,11 +297,13 @@ def normalise_file(
     records: Records,
     display: str,
     column_types: Mapping[str, str] | None = None,
+    sole_file: bool = True,
 ) -> list[dict[str, Any]]:
     """Turn one file's records into common-schema rows (filtering, mapping, labelling).
 
     `column_types`: the file's own column types (a parquet schema), which messages name; None where the
-    format has none.
+    format has none. `sole_file`: the file is its source's only one, so a filter keeping none of its rows is
+    a label encoding the registry does not know, not a file of a source of several that holds no such rows.
     """
     required = _required_columns(file)
     missing = [c for c in required if c not in columns]
@@ -303,7 +319,7 @@ def normalise_file(
         if absent:  # JSON records may lack keys that other records have
             raise InputError(display, "required field is absent", row=row_number, field=absent[0])
     declared = column_types or {}
-    kept = _selected(file, records, display, declared)
+    kept = _selected(file, records, display, declared, sole_file)
     label_column = file.columns.label
     label_values = spec.label.unsafe_values + spec.label.safe_values
     if spec.label.kind == "column":
