@@ -607,7 +607,12 @@ def test_analyse_end_to_end_on_synthetic_predictions(tmp_path: Path) -> None:
         assert set(block["span"]) == set(written["span"])
     assert written["views"]["ranked"]["span"]["advbench"]["metric"] == "auroc"
     assert written["views"]["matched"]["span"]["xstest"]["metric"] == "over_ref"
-    assert written["views"]["ranked"]["targets"]["capture"]["status"] == "not measured"
+    ranked_targets = written["views"]["ranked"]["targets"]
+    # Bars written in rate units are not judged on AUROCs (their values are given); unit-free ones are.
+    for name in ("capture", "over_refusal", "copyright_phi", "copyright_delta", "agree_mean_delta"):
+        assert ranked_targets[name]["status"] == "not measured", name
+    assert ranked_targets["agree_mean_delta"]["value"] is not None
+    assert ranked_targets["swing_rho"]["status"] in ("met", "not met")
     assert written["views"]["matched"]["targets"]["capture"]["status"] in ("met", "not met")
     assert set(written["study_views"]) == set(written["study"])
     for entry in written["study_views"].values():

@@ -171,7 +171,7 @@ def _split_block(
     return out
 
 
-def _metric_sizes(matrix: DatasetMatrix, rows: np.ndarray, mapping: str) -> dict[str, np.ndarray]:
+def metric_sizes(matrix: DatasetMatrix, rows: np.ndarray, mapping: str) -> dict[str, np.ndarray]:
     """metric -> [M] int: the items each model's rate is over (its scored items of the subset)."""
     positive = matrix.expected_unsafe[rows][:, None]  # [n, 1]
     valid = matrix.valid_mask(mapping)[rows]  # [n, M]
@@ -206,7 +206,7 @@ def dataset_draws(
         block_metrics(matrix, rows, counts)
         for counts in bootstrap_count_blocks(n, samples, named_rng(seed, matrix.name, subset))
     ]
-    sizes = {mapping: _metric_sizes(matrix, rows, mapping) for mapping in MAPPINGS}
+    sizes = {mapping: metric_sizes(matrix, rows, mapping) for mapping in MAPPINGS}
     positive = matrix.expected_unsafe[rows]
     single_class = matrix.role != SPLIT and (positive.all() or not positive.any())
     return {

@@ -139,40 +139,6 @@ VIEW_BLOCK_KEYS = (
 )
 
 
-def view_block(
-    *,
-    subset: str,
-    mapping: str,
-    spans: pd.DataFrame,
-    span_scale: pd.DataFrame,
-    swing_vs_span: pd.DataFrame,
-    rank_tests: pd.DataFrame,
-    copyright_vs_noise: Mapping[str, Any],
-    load_contrast: Mapping[str, Any],
-    load_contrast_study: Mapping[str, Any],
-    agreed_spans: Mapping[str, Any],
-    rank_chance: Mapping[str, Any],
-    targets: Mapping[str, Any],
-    study: Mapping[str, Any],
-) -> dict[str, Any]:
-    """One view's verdict blocks (`VIEW_BLOCK_KEYS`), under the same keys as the top level's (the own
-    view's), from that view's tables alone."""
-    blocks = {
-        "span": span_summary(spans, subset, mapping),
-        "copyright_vs_noise": dict(copyright_vs_noise),
-        "load_contrast": dict(load_contrast),
-        "load_contrast_study": dict(load_contrast_study),
-        "agreed_spans": dict(agreed_spans),
-        "span_scale": span_scale_summary(span_scale, subset, mapping),
-        "swing_vs_span": swing_summary(swing_vs_span),
-        "rank_tests": rank_summary(rank_tests, subset, mapping),
-        "rank_chance": dict(rank_chance),
-        "targets": dict(targets),
-        "study": dict(study),
-    }
-    return {key: blocks[key] for key in VIEW_BLOCK_KEYS}
-
-
 def build_summary(
     *,
     subset: str,
@@ -209,9 +175,9 @@ def build_summary(
     The keyword blocks after `baselines` (second load grouping, agreed-benchmark spans, per-scale spans vs
     noise, swing vs span, hits expected by chance, competence, targets, the competence trade-off, the study
     comparison) are added when given. The top level is the own view (each model's decisions); `views`
-    holds the same verdict blocks in the matched and ranked views (`view_block`), `primary_view` the view
-    that leads the report, `study_views` / `targets_views` each finding's / target's status per view and
-    `base_rate` how much of the own view is flag rate.
+    holds the same verdict blocks in the matched and ranked views (`view_verdicts.view_block`),
+    `primary_view` the view that leads the report, `study_views` / `targets_views` each finding's /
+    target's status per view and `base_rate` how much of the own view is flag rate.
 
     `baselines` (per open guard, from `analysis.baselines.baseline_summary`) is added only when guards were
     analysed, so the default run's summary does not change shape."""

@@ -135,13 +135,16 @@ def evaluate_targets(
     measured), the measured value, the threshold, the comparison and a sentence of detail.
 
     `scores`: the view's rates (scores.csv's columns; the matched view's rows of view_scores.csv), None in a
-    view without rates (the ranked view: `no_rates` says why the capture and over-refusal bars are not
-    measured). The judged models: teachers and the branches at the main seed (the seed repeats only feed
+    view without rates (the ranked view): `no_rates` then says why every bar written in rate units — the
+    capture and over-refusal bars, and the bars on Φ, on Δ and on the agreed sets' mean Δ — is not measured
+    (the value is still given); the unit-free targets (Δ − Φ above 0 at every scale, ρ, the ranks) are judged
+    in every view. The judged models: teachers and the branches at the main seed (the seed repeats only feed
     the noise floor); `over_refusal` judges the branches in `targets.over_refusal_branches` and the teachers
     of `targets.over_refusal_teachers`. With `span_scale`, `copyright_per_scale` asks the interval of the
     copyright Δ − Φ to lie above 0 at every scale.
     """
     judged, judged_over_ref = judged_models(models, main_seed, targets)
+    rates = scores is not None
     if scores is None:
         result = {
             "capture": _target(None, None, targets.min_capture, ">=", no_rates),
@@ -180,16 +183,23 @@ def evaluate_targets(
             f"{'above' if clear else 'not above'} 0"
         )
         result["copyright_delta"] = _target(met, delta, targets.min_copyright_delta, ">=", detail)
+    if not rates:
+        for name_of_target in ("copyright_phi", "copyright_delta"):
+            entry = result[name_of_target]
+            entry.update(status=NOT_MEASURED, met=None, detail=f"{no_rates}; {entry['detail']}")
     if span_scale is not None:
         result["copyright_per_scale"] = _copyright_per_scale(span_scale, name, subset, mapping)
     mean_delta = agreed_mean.get("mean_delta")
+    agreed_sets = (
+        f"mean Δ over the benchmarks with swing <= {agreed_mean.get('max_swing')}: "
+        f"{agreed_mean.get('benchmarks') or 'none'}"
+    )
     result["agree_mean_delta"] = _target(
-        None if mean_delta is None else mean_delta <= targets.max_agree_mean_delta,
+        None if mean_delta is None or not rates else mean_delta <= targets.max_agree_mean_delta,
         mean_delta,
         targets.max_agree_mean_delta,
         "<=",
-        f"mean Δ over the benchmarks with swing <= {agreed_mean.get('max_swing')}: "
-        f"{agreed_mean.get('benchmarks') or 'none'}",
+        agreed_sets if rates else f"{no_rates}; {agreed_sets}",
     )
     overall = swing_vs_span[swing_vs_span["scale"] == ALL_SCALES]
     rho = None if overall.empty or pd.isna(overall["rho"].iloc[0]) else float(overall["rho"].iloc[0])
@@ -215,6 +225,8 @@ def _copyright_per_scale(
         & (span_scale["subset"] == subset)
         & (span_scale["mapping"] == mapping)
     ].sort_values("scale")
+    if chosen.empty:
+        return _target(None, None, 0.0, ">", f"no span of {benchmark}")
     measured = chosen[chosen["difference_ci_low"].notna()]
     if measured.empty:
         return _target(None, None, 0.0, ">", f"no scale has a seed noise floor for {benchmark}")

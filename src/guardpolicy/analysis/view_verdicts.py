@@ -32,6 +32,13 @@ from guardpolicy.analysis.sensitivity import (
 )
 from guardpolicy.analysis.span_tables import noise_floor_table, span_scale_table, span_table
 from guardpolicy.analysis.stats import percentile_interval
+from guardpolicy.analysis.summary import (
+    VIEW_BLOCK_KEYS,
+    rank_summary,
+    span_scale_summary,
+    span_summary,
+    swing_summary,
+)
 from guardpolicy.analysis.targets import AGREES, evaluate_targets, study_comparison
 from guardpolicy.analysis.views import OWN, VIEWS, role_mean_key, sort_views, view_role_means
 from guardpolicy.config.analysis import AnalysisConfig
@@ -39,16 +46,14 @@ from guardpolicy.contracts.analysis import ANALYSIS_TABLES
 
 # The tables with a row per view, concatenated over the views in analyse.
 VIEW_TABLES = ("span", "span_scale", "noise_floor", "swing_vs_span", "rank_test")
-# Why the ranked view has no capture or over-refusal target.
-NO_RATES = "the ranked view has AUROCs, not rates: the capture and over-refusal bars apply to rates"
+# Why the ranked view measures none of the targets whose bar is written in rate units.
+NO_RATES = "not measured in the ranked view: its scores are AUROCs, and this bar is written for rates"
 
 
 @dataclass(frozen=True)
 class ViewVerdicts:
-    """One view's spans and every verdict on them."""
+    """Every verdict of one view."""
 
-    view: str
-    spans: list[Span]
     tables: dict[str, pd.DataFrame]  # VIEW_TABLES -> this view's rows
     copyright_vs_noise: dict[str, Any]
     load_contrast: dict[str, Any]
@@ -113,8 +118,6 @@ def view_verdicts(
         mapping=mapping,
     )
     return ViewVerdicts(
-        view=store.view,
-        spans=spans,
         tables={
             "span": span_table(spans, confidence),
             "span_scale": span_scale,
@@ -132,14 +135,36 @@ def view_verdicts(
     )
 
 
+def view_block(verdicts: ViewVerdicts, subset: str, mapping: str) -> dict[str, Any]:
+    """summary.json's verdict blocks of one view (`summary.VIEW_BLOCK_KEYS`), under the same keys as the top
+    level's (the own view's), from that view's verdicts alone."""
+    tables = verdicts.tables
+    blocks = {
+        "span": span_summary(tables["span"], subset, mapping),
+        "copyright_vs_noise": dict(verdicts.copyright_vs_noise),
+        "load_contrast": dict(verdicts.load_contrast),
+        "load_contrast_study": dict(verdicts.load_contrast_study),
+        "agreed_spans": dict(verdicts.agreed_spans),
+        "span_scale": span_scale_summary(tables["span_scale"], subset, mapping),
+        "swing_vs_span": swing_summary(tables["swing_vs_span"]),
+        "rank_tests": rank_summary(tables["rank_test"], subset, mapping),
+        "rank_chance": dict(verdicts.rank_chance),
+        "targets": dict(verdicts.targets),
+        "study": dict(verdicts.study),
+    }
+    return {key: blocks[key] for key in VIEW_BLOCK_KEYS}
+
+
 def stacked_tables(verdicts: Sequence[ViewVerdicts]) -> dict[str, pd.DataFrame]:
-    """VIEW_TABLES -> every view's rows in one table, sorted by the table's key (views: own, matched,
-    ranked)."""
+    """VIEW_TABLES -> every view's rows in one table (views: own, matched, ranked), sorted by the table's
+    key; a table keyed by view first keeps each view's rows in the order its function wrote them
+    (swing_vs_span.csv: the `all` row, then the scales)."""
     out = {}
     for name in VIEW_TABLES:
         frames = [v.tables[name] for v in verdicts if len(v.tables[name])]
         table = pd.concat(frames, ignore_index=True) if frames else verdicts[0].tables[name]
-        out[name] = sort_views(table, list(ANALYSIS_TABLES[name].key))
+        key = list(ANALYSIS_TABLES[name].key)
+        out[name] = sort_views(table, ["view"] if key[0] == "view" else key)
     return out
 
 

@@ -40,7 +40,14 @@ from guardpolicy.analysis.matrices import (
     SPLIT_PREFIX,
     DatasetMatrix,
 )
-from guardpolicy.analysis.scores import BOOTSTRAP, ROLE_MEANS, DrawStore, MetricDraws, role_mean_draws
+from guardpolicy.analysis.scores import (
+    BOOTSTRAP,
+    ROLE_MEANS,
+    DrawStore,
+    MetricDraws,
+    metric_sizes,
+    role_mean_draws,
+)
 from guardpolicy.analysis.stats import bootstrap_count_blocks, named_rng, percentile_interval
 from guardpolicy.config.analysis import View
 from guardpolicy.contracts.analysis import ANALYSIS_BASE_RATE, ANALYSIS_VIEW_SCORES
@@ -93,11 +100,11 @@ def weighted_match_threshold(
     thresholds, rates = np.full(columns, np.nan), np.full(columns, np.nan)
     if scores.size == 0 or not np.isfinite(target):
         return thresholds, rates
-    distinct, group = np.unique(scores, return_inverse=True)  # ascending
-    distinct, group = distinct[::-1], len(distinct) - 1 - group  # descending: candidate k flags group <= k
-    one_hot = np.zeros((len(distinct), len(scores)))
-    one_hot[group, np.arange(len(scores))] = 1.0
-    mass = one_hot @ weights  # [d, r]: each distinct score's weight
+    order = np.argsort(-scores, kind="stable")  # descending: candidate k flags the groups up to k
+    descending = scores[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(descending)) + 1]  # where each run of equal scores begins
+    distinct = descending[starts]  # [d]
+    mass = np.add.reduceat(weights[order], starts, axis=0)  # [d, r]: each distinct score's weight
     total = mass.sum(axis=0)  # [r]
     usable = total > 0
     flagged = np.cumsum(mass, axis=0)  # [d, r]: weight of the scores >= distinct[k]
@@ -226,6 +233,13 @@ def reference_of(
                 name,
                 mapping,
             )
+        if not reference.unsafe(mapping).any():
+            log.warning(
+                "views: %s has no prompt every policy labels unsafe under mapping %s: the ranked view has no "
+                "value for a benign set there",
+                name,
+                mapping,
+            )
     return reference
 
 
@@ -343,17 +357,10 @@ def _ranked_auroc(
 
 
 def _view_sizes(matrix: DatasetMatrix, rows: np.ndarray, mapping: str) -> dict[str, np.ndarray]:
-    """metric -> [M] int: the benchmark prompts each model's view score is over."""
-    positive = matrix.expected_unsafe[rows][:, None]
-    valid = matrix.valid_mask(mapping)[rows]
-    unsafe = (valid & positive).sum(axis=0).astype(np.int64)
-    safe = (valid & ~positive).sum(axis=0).astype(np.int64)
-    return {
-        "cap": unsafe,
-        "over_ref": safe,
-        "f1": unsafe + safe,
-        AUROC: {HARMFUL: unsafe, BENIGN: safe}.get(matrix.role, unsafe + safe),
-    }
+    """metric -> [M] int: the benchmark prompts each model's view score is over — the own view's sizes, and
+    for the ranked AUROC the set's side it reads (all of a mixed set)."""
+    sizes = metric_sizes(matrix, rows, mapping)
+    return {**sizes, AUROC: {HARMFUL: sizes["cap"], BENIGN: sizes["over_ref"]}.get(matrix.role, sizes["f1"])}
 
 
 def _subset_views(
@@ -451,14 +458,16 @@ def view_role_means(store: DrawStore) -> dict[tuple[str, str, str, str], MetricD
     return role_mean_draws(store, RANKED_ROLE_METRICS if store.view == RANKED else None)
 
 
-def reference_size(reference: Reference, view: str, role: str, mapping: str) -> int:
-    """The calibration-split prompts a view's score of a benchmark of `role` reads besides its own: the
-    reference (matched threshold; ranked harmful negatives), the agreed-unsafe reference (ranked benign
-    positives), none (own; a ranked mixed set's own AUROC)."""
+def reference_sizes(reference: Reference, view: str, role: str, mapping: str) -> np.ndarray:
+    """[M] int: the calibration-split prompts each model's view score of a benchmark of `role` reads besides
+    the benchmark's own — those of the reference (matched threshold; ranked harmful negatives) or of the
+    agreed-unsafe reference (ranked benign positives) it has a decision for; none for the own view and a
+    ranked mixed set's own AUROC."""
+    decided = reference.matrix.valid_mask(mapping)  # [n, M]
     if view == OWN or (view == RANKED and role == MIXED):
-        return 0
+        return np.zeros(decided.shape[1], dtype=np.int64)
     side = reference.unsafe(mapping) if view == RANKED and role == BENIGN else reference.safe(mapping)
-    return int(side.sum())
+    return (decided & side[:, None]).sum(axis=0).astype(np.int64)
 
 
 def view_scores_table(
@@ -505,7 +514,7 @@ def view_scores_table(
                 ci_high=high,
                 interval=BOOTSTRAP,
                 n=result.n,
-                n_reference=reference_size(reference, view, role, mapping),
+                n_reference=reference_sizes(reference, view, role, mapping),
             )
             blocks.append(block)
     table = pd.concat(blocks, ignore_index=True)[list(VIEW_SCORE_COLUMNS)]

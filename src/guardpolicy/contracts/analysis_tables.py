@@ -427,9 +427,9 @@ ANALYSIS_VIEW_SCORES = analysis_table(
         Column(
             "n_reference",
             "int64",
-            "the calibration split's prompts the view reads besides: every policy labels them safe (the "
-            "matched threshold; a harmful set's ranked negatives) or unsafe (a benign set's ranked "
-            "positives); 0 for the own view and a mixed set's ranked AUROC",
+            "the calibration split's prompts the view reads besides, those the model has a decision for: "
+            "every policy labels them safe (the matched threshold; a harmful set's ranked negatives) or "
+            "unsafe (a benign set's ranked positives); 0 for the own view and a mixed set's ranked AUROC",
         ),
     ),
     ("model", "benchmark", "subset", "mapping", "view"),

@@ -65,13 +65,12 @@ class ReportInputs:
     calibration: pd.DataFrame | None = None
     guards: dict[str, dict[str, str]] = field(default_factory=dict)
     # analysis.primary_view: the view the Reading leads with (fixed in params before the run); the matched and
-    # ranked views' verdicts are summary.json `views`, their scores view_scores.csv, the flag rates on the
-    # reference base_rate.csv (None: absent, an analysis older than the views).
+    # ranked views' verdicts are summary.json `views`, the flag rates on the reference base_rate.csv (None:
+    # absent, an analysis older than the views).
     primary_view: str = OWN
     # analysis.targets: the copyright benchmark and the rank set expected on top of it.
     copyright_benchmark: str = COPYRIGHT_BENCHMARK
     top_set: str | None = None
-    view_scores: pd.DataFrame | None = None
     base_rate: pd.DataFrame | None = None
     # Figure name -> link relative to REPORT.md (None: the figure is absent).
     figure_links: dict[str, str | None] = field(default_factory=dict)

@@ -66,7 +66,7 @@ from guardpolicy.analysis.sensitivity import (
     load_groupings,
     primary_metric,
 )
-from guardpolicy.analysis.summary import build_summary, view_block
+from guardpolicy.analysis.summary import build_summary
 from guardpolicy.analysis.view_verdicts import (
     VIEW_TABLES,
     base_rate_summary,
@@ -74,6 +74,7 @@ from guardpolicy.analysis.view_verdicts import (
     flag_correlation,
     stacked_tables,
     targets_by_view,
+    view_block,
     view_verdicts,
 )
 from guardpolicy.analysis.views import (
@@ -512,21 +513,7 @@ def analyse(
         study=own.study,
         primary_view=config.primary_view,
         views={
-            view: view_block(
-                subset=config.subset,
-                mapping=config.mapping,
-                spans=verdict.tables["span"],
-                span_scale=verdict.tables["span_scale"],
-                swing_vs_span=verdict.tables["swing_vs_span"],
-                rank_tests=verdict.tables["rank_test"],
-                copyright_vs_noise=verdict.copyright_vs_noise,
-                load_contrast=verdict.load_contrast,
-                load_contrast_study=verdict.load_contrast_study,
-                agreed_spans=verdict.agreed_spans,
-                rank_chance=verdict.rank_chance,
-                targets=verdict.targets,
-                study=verdict.study,
-            )
+            view: view_block(verdict, config.subset, config.mapping)
             for view, verdict in verdicts.items()
             if view != OWN
         },

@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from guardpolicy.analysis.views import OWN
 from guardpolicy.baselines.registry import load_baseline_registry
 from guardpolicy.config.analysis import ANALYSIS, AnalysisConfig
 from guardpolicy.config.baselines import BASELINES, BaselinesConfig
@@ -198,7 +199,10 @@ def report(layout: Layout | None = None) -> str:
         if fingerprint_path.is_file()
         else None
     )
-    summary = read_report_json(layout.path("summary"), analyse, SUMMARY_KEYS)
+    # A primary view other than the own one is read from summary.json `views`: an analysis older than the
+    # views would leave the Reading printing the own view's numbers under the primary view's name.
+    views = ("views",) if params.analysis.primary_view != OWN else ()
+    summary = read_report_json(layout.path("summary"), analyse, (*SUMMARY_KEYS, *views))
     contamination = read_report_json(contamination_file, "stage `audit`", ("benchmarks",))
     agreement = read_report_json(agreement_file, "stage `agreement`", ("pair", "n"))
     benchmarks = read_report_json(benchmarks_file, "stage `benchmarks_report`", ("benchmarks",))

@@ -87,8 +87,9 @@ def reading_base_rate(inputs: ReportInputs) -> str:
     return (
         "**Base rate.** Across the main-seed branch models, Pearson r between the mean score over the "
         "harmful sets and over the benign sets (own and matched: mean CAP and mean OVER-REF; ranked: the two "
-        f"mean AUROCs): {'; '.join(parts)}. Near +1 the branches differ by how often they flag, not by what "
-        f"they tell apart.{spread}"
+        f"mean AUROCs): {'; '.join(parts)}. Near +1 in the own and matched views the branches differ by how "
+        "often they flag rather than by what they tell apart; in the ranked view a benign set's AUROC rises "
+        f"as its over-refusal falls, so +1 there means a branch that ranks both kinds of set better.{spread}"
     )
 
 
